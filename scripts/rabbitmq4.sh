@@ -1,0 +1,329 @@
+#!/usr/bin/env bash
+# A RabbitMQ 4.0 broker beside the host's 3.10, for running the test suite
+# against both. Debian 12 only ships 3.10, and there is no Docker here, so the
+# 4.0 broker lives in a Debian 13 (trixie) chroot built with debootstrap from
+# Debian's own packages. Both brokers share the host's network and its epmd;
+# they differ by node name and ports:
+#
+#   node rabbit4@localhost, AMQP 127.0.0.1:5673, management 127.0.0.1:15673,
+#   distribution 127.0.0.1:25673
+#
+# Usage: scripts/rabbitmq4.sh [start|stop|status]     (start is the default)
+#
+# The chroot is built once, outside the repository, so every clone on the
+# machine reuses it: WARREN_RABBIT4_DIR (default /var/lib/warren/rabbit4).
+# WARREN_DEBIAN_MIRROR overrides the mirror taken from the host's apt sources.
+set -euo pipefail
+
+DIR=${WARREN_RABBIT4_DIR:-/var/lib/warren/rabbit4}
+DIR=${DIR%/}
+SUITE=trixie
+NODE=rabbit4@localhost
+AMQP_PORT=5673
+MGMT_PORT=15673
+DIST_PORT=25673
+# The build goes to a side directory and is renamed into place only when it
+# is complete, so "$DIR exists" always means "usable".
+PARTIAL="$DIR.partial"
+LOCK="$DIR.lock"
+LOG="$DIR.build.log"
+
+log() { printf 'rabbitmq4: %s\n' "$*"; }
+die() { printf 'rabbitmq4: error: %s\n' "$*" >&2; exit 1; }
+
+# --- checks that need no root ---------------------------------------------
+
+# True when something on the port answers the AMQP 0-9-1 protocol header with
+# a method frame on channel 0 (connection.start), not merely accepts TCP.
+amqp_ready() {
+  local reply
+  reply=$(timeout 5 bash -c '
+    exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+    printf "AMQP\x00\x00\x09\x01" >&3
+    head -c 3 <&3 | od -An -tx1' _ "$1" 2>/dev/null) || return 1
+  [[ $(echo $reply) == "01 00 00" ]]
+}
+
+# The management API's overview, or failure if it does not answer guest:guest.
+overview() {
+  curl -fsS -m 5 -u guest:guest "http://127.0.0.1:$MGMT_PORT/api/overview" 2>/dev/null
+}
+
+broker_version() {
+  overview | sed -nE 's/.*"rabbitmq_version":"([^"]*)".*/\1/p'
+}
+
+# --- helpers for root ----------------------------------------------------
+
+require_root() {
+  if [[ $EUID -ne 0 ]]; then
+    log "building and starting the 4.x broker needs root (debootstrap, mount, chroot)."
+    log "run:  sudo bash $(realpath "$0") ${1:-start}"
+    exit 1
+  fi
+}
+
+# Run a command inside the chroot with a clean environment, so that nothing
+# from the host (RABBITMQ_*, ERL_*, a node_modules PATH) leaks into it.
+in_chroot() {
+  env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 TERM=dumb \
+    DEBIAN_FRONTEND=noninteractive chroot "$DIR_IN_USE" "$@"
+}
+DIR_IN_USE=$DIR
+
+# The broker needs /proc (Erlang's memory monitor and the startup scripts read
+# it); nothing else from the host is mounted. mountpoint keeps a second run
+# from stacking another proc on top of the first.
+mount_proc() {
+  local root=$1
+  if ! mountpoint -q "$root/proc"; then
+    mount -t proc proc "$root/proc"
+  fi
+}
+
+# Unmount everything below a directory, deepest first. Used before deleting or
+# renaming a chroot, so rm can never reach into a mounted filesystem.
+unmount_under() {
+  local root
+  root=$(realpath "$1")
+  findmnt -rn -o TARGET | grep -E "^$root/" | sort -r | while read -r target; do
+    umount "$target" || umount -l "$target"
+  done
+}
+
+# True when the rabbit4 node is registered with epmd, i.e. a beam for it is
+# running even if it is still booting and not yet listening on AMQP.
+node_registered() {
+  in_chroot epmd -names 2>/dev/null | grep -q "^name ${NODE%@*} "
+}
+
+# The Debian mirror the host already uses (deb822 "URIs:" or one-line "deb"),
+# so the chroot is fetched from the same place as everything else.
+host_mirror() {
+  if [[ -n ${WARREN_DEBIAN_MIRROR:-} ]]; then
+    echo "$WARREN_DEBIAN_MIRROR"
+    return
+  fi
+  local uri
+  uri=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list \
+            /etc/apt/sources.list.d/*.sources 2>/dev/null \
+        | sed -nE 's/^(URIs:|deb([[:space:]]+\[[^]]*\])?)[[:space:]]+([^[:space:]]+).*/\3/p' \
+        | grep -E '^https?://[^ ]*/debian/?$' | head -n1 || true)
+  echo "${uri:-http://deb.debian.org/debian}"
+}
+
+# Run a long step with its output going to the build log, printing a line
+# every 30 s so a person (or CI) can see it is not stuck.
+HEARTBEAT=
+run_step() {
+  local what=$1 started
+  shift
+  started=$(date +%s)
+  log "$what ..."
+  ( while sleep 30; do log "  ... $what, $(( $(date +%s) - started ))s so far"; done ) &
+  HEARTBEAT=$!
+  local rc=0
+  "$@" >>"$LOG" 2>&1 || rc=$?
+  kill "$HEARTBEAT" 2>/dev/null || true
+  wait "$HEARTBEAT" 2>/dev/null || true
+  HEARTBEAT=
+  if [[ $rc -ne 0 ]]; then
+    log "$what failed (exit $rc); last lines of $LOG:"
+    tail -n 30 "$LOG" >&2
+    exit "$rc"
+  fi
+  log "  done in $(( $(date +%s) - started ))s"
+}
+trap '[[ -n $HEARTBEAT ]] && kill "$HEARTBEAT" 2>/dev/null; true' EXIT
+
+write_config() {
+  local root=$1
+  # rabbitmq-env.conf is read by the server and by rabbitmqctl alike, so the
+  # CLI inside the chroot finds this node without -n. The host's epmd
+  # already holds 127.0.0.1:4369; this node simply registers with it. If the
+  # host broker is down, the chroot starts its own epmd, on loopback only,
+  # as the host's configuration asks for.
+  cat >"$root/etc/rabbitmq/rabbitmq-env.conf" <<EOF
+# Written by warren's scripts/rabbitmq4.sh: a second broker beside the host's.
+NODENAME=$NODE
+NODE_IP_ADDRESS=127.0.0.1
+NODE_PORT=$AMQP_PORT
+DIST_PORT=$DIST_PORT
+export ERL_EPMD_ADDRESS=127.0.0.1
+EOF
+  cat >"$root/etc/rabbitmq/rabbitmq.conf" <<EOF
+# Written by warren's scripts/rabbitmq4.sh: a second broker beside the host's.
+listeners.tcp.local = 127.0.0.1:$AMQP_PORT
+management.tcp.ip = 127.0.0.1
+management.tcp.port = $MGMT_PORT
+distribution.listener.interface = 127.0.0.1
+EOF
+  # Enabled before the first boot, so the broker comes up with it.
+  echo '[rabbitmq_management].' >"$root/etc/rabbitmq/enabled_plugins"
+}
+
+# The chroot shares the host's process table and uid space. Left to itself,
+# the package picks the next free system uid inside the chroot, which on this
+# kind of machine is the host's postgres uid: ps then shows the broker as
+# postgres, and anything aimed at the postgres user would hit it. So the
+# chroot's rabbitmq user takes the host's rabbitmq uid/gid when there is one,
+# otherwise a system id free both on the host and in the chroot.
+id_free() {  # id_free passwd|group ID
+  ! getent "$1" "$2" >/dev/null && ! in_chroot getent "$1" "$2" >/dev/null
+}
+add_rabbitmq_user() {
+  local uid='' gid='' n
+  if getent passwd rabbitmq >/dev/null; then
+    uid=$(id -u rabbitmq)
+    gid=$(id -g rabbitmq)
+    in_chroot getent passwd "$uid" >/dev/null && uid=''
+    in_chroot getent group "$gid" >/dev/null && gid=''
+  fi
+  for (( n = 999; n >= 100 && (${#uid} == 0 || ${#gid} == 0); n-- )); do
+    [[ -z $uid ]] && id_free passwd "$n" && [[ $n != "$gid" ]] && uid=$n
+    [[ -z $gid ]] && id_free group "$n" && [[ $n != "$uid" ]] && gid=$n
+  done
+  [[ -n $uid && -n $gid ]] || die "found no free uid/gid for the chroot's rabbitmq user"
+  in_chroot groupadd --system --gid "$gid" rabbitmq
+  in_chroot useradd --system --uid "$uid" --gid rabbitmq --no-create-home \
+    --home-dir /var/lib/rabbitmq --shell /usr/sbin/nologin \
+    --comment 'RabbitMQ messaging server' rabbitmq
+}
+
+build() {
+  command -v debootstrap >/dev/null || {
+    log "installing debootstrap"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+  }
+  if [[ -e $PARTIAL ]]; then
+    log "removing an unfinished build at $PARTIAL"
+    unmount_under "$PARTIAL"
+    rm -rf --one-file-system "$PARTIAL"
+  fi
+  mkdir -p "$PARTIAL"
+  : >"$LOG"
+  local mirror started
+  mirror=$(host_mirror)
+  started=$(date +%s)
+  log "building a Debian $SUITE chroot with RabbitMQ 4 in $DIR from $mirror (a few minutes, once per machine)"
+
+  run_step "debootstrap $SUITE" \
+    debootstrap --variant=minbase "$SUITE" "$PARTIAL" "$mirror"
+
+  DIR_IN_USE=$PARTIAL
+  cp /etc/resolv.conf "$PARTIAL/etc/resolv.conf"
+  cp /etc/hosts "$PARTIAL/etc/hosts"
+  # Keep package scripts from starting the broker during the install: it
+  # would come up with the default config on 5672, which is the host's.
+  printf '#!/bin/sh\nexit 101\n' >"$PARTIAL/usr/sbin/policy-rc.d"
+  chmod 755 "$PARTIAL/usr/sbin/policy-rc.d"
+  mount_proc "$PARTIAL"
+  add_rabbitmq_user
+
+  run_step "apt-get update in the chroot" in_chroot apt-get update
+  run_step "installing rabbitmq-server in the chroot" \
+    in_chroot apt-get install -y --no-install-recommends rabbitmq-server
+  in_chroot apt-get clean
+
+  write_config "$PARTIAL"
+  unmount_under "$PARTIAL"
+  mv "$PARTIAL" "$DIR"
+  DIR_IN_USE=$DIR
+  log "chroot built in $(( $(date +%s) - started ))s: $(in_chroot dpkg-query -W -f '${Package} ${Version}' rabbitmq-server)"
+}
+
+# Wait until the node answers AMQP and its management API logs guest in.
+wait_ready() {
+  local deadline=$(( $(date +%s) + 180 )) seen=0
+  local logfile="$DIR/var/log/rabbitmq/$NODE.log"
+  until amqp_ready "$AMQP_PORT" && overview >/dev/null; do
+    if node_registered; then
+      seen=1
+    elif [[ $seen -eq 1 ]]; then
+      log "the node stopped while booting; last lines of $logfile:"
+      tail -n 30 "$logfile" >&2 || true
+      exit 1
+    fi
+    if (( $(date +%s) > deadline )); then
+      log "not ready after 180s; last lines of $logfile:"
+      tail -n 30 "$logfile" >&2 || true
+      exit 1
+    fi
+    sleep 1
+  done
+}
+
+report_running() {
+  local version
+  version=$(broker_version)
+  case $version in
+    4.*) log "RabbitMQ $version running: amqp://127.0.0.1:$AMQP_PORT, http://127.0.0.1:$MGMT_PORT" ;;
+    *) die "something answers on $AMQP_PORT/$MGMT_PORT but reports version '${version:-unknown}', not 4.x" ;;
+  esac
+}
+
+cmd_start() {
+  if amqp_ready "$AMQP_PORT" && overview >/dev/null; then
+    report_running
+    return
+  fi
+  require_root start
+  mkdir -p "$(dirname "$DIR")"
+  # One build and one start at a time, across clones and concurrent runs.
+  exec 9>"$LOCK"
+  if ! flock -n 9; then
+    log "another run holds $LOCK (building or starting); waiting for it"
+    flock -w 1800 9 || die "gave up waiting for $LOCK after 30 minutes"
+  fi
+
+  [[ -d $DIR ]] || build
+  mount_proc "$DIR"
+
+  local started
+  started=$(date +%s)
+  if node_registered; then
+    log "node $NODE is already up; waiting for it to be ready"
+  else
+    log "starting $NODE"
+    # -detached: the broker keeps running after this script exits.
+    in_chroot sh -c 'cd / && exec rabbitmq-server -detached' >/dev/null
+  fi
+  wait_ready
+  log "  ready in $(( $(date +%s) - started ))s"
+  report_running
+}
+
+cmd_stop() {
+  [[ -d $DIR ]] || { log "not built ($DIR does not exist)"; return; }
+  require_root stop
+  if node_registered; then
+    log "stopping $NODE"
+    # shutdown (unlike stop) waits until the broker's OS process has exited.
+    in_chroot rabbitmqctl -q shutdown >/dev/null
+  else
+    log "$NODE is not running"
+  fi
+  # Leave nothing mounted once the broker is down.
+  unmount_under "$DIR"
+}
+
+cmd_status() {
+  if [[ -d $DIR ]]; then
+    log "chroot: $DIR"
+  else
+    log "chroot: not built ($DIR does not exist; 'start' builds it)"
+  fi
+  if amqp_ready "$AMQP_PORT" && overview >/dev/null; then
+    report_running
+  else
+    log "not running (nothing answers AMQP on $AMQP_PORT with management on $MGMT_PORT)"
+    return 3
+  fi
+}
+
+case ${1:-start} in
+  start) cmd_start ;;
+  stop) cmd_stop ;;
+  status) cmd_status ;;
+  *) echo "usage: $0 [start|stop|status]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,235 @@
+import { EventEmitter } from 'node:events';
+import * as amqp from 'amqplib';
+import { BrokerUnreachableError, ClosedError, InvalidOptionError } from '../errors.js';
+import { silentLogger, type Logger } from '../logger.js';
+import { redactUrl } from './url.js';
+
+export { redactUrl };
+
+/** Options of a broker connection. */
+export interface ConnectionOptions {
+  /**
+   * AMQP URL.
+   * @default process.env.WARREN_AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672'
+   */
+  url?: string;
+  /**
+   * How long the first connection may take (with retries) before `open()` fails.
+   * @default 10000
+   */
+  connectTimeoutMs?: number;
+  /**
+   * First and longest wait between reconnect attempts; the wait doubles, with jitter.
+   * @default { initialDelayMs: 100, maxDelayMs: 10000 }
+   */
+  reconnect?: { initialDelayMs?: number; maxDelayMs?: number };
+  /** AMQP heartbeat in seconds. @default 10 */
+  heartbeatSeconds?: number;
+  /** Name shown in the management UI's connection list. @default 'warren' */
+  connectionName?: string;
+  /** @default a logger that drops everything */
+  logger?: Logger;
+}
+
+/** A function run on every (re)connect, in registration order. */
+export type ReadyHook = (model: amqp.ChannelModel) => Promise<void>;
+
+/** Adds a heartbeat to the URL unless it sets one. */
+function withHeartbeat(url: string, seconds: number): string {
+  try {
+    const u = new URL(url);
+    if (!u.searchParams.has('heartbeat')) u.searchParams.set('heartbeat', String(seconds));
+    return u.toString();
+  } catch {
+    return url;
+  }
+}
+
+/** Wait before reconnect attempt `attempt` (1-based): doubling, capped, with ±20% jitter. */
+export function backoffDelay(attempt: number, initialMs: number, maxMs: number, random = Math.random): number {
+  const base = Math.min(maxMs, initialMs * 2 ** Math.max(0, attempt - 1));
+  return Math.round(base * (0.8 + 0.4 * random()));
+}
+
+function positive(value: number | undefined, fallback: number, option: string): number {
+  const v = value ?? fallback;
+  if (!Number.isFinite(v) || v <= 0) throw new InvalidOptionError(option, `${v} is not a positive number of milliseconds`);
+  return v;
+}
+
+/**
+ * One AMQP connection that comes back by itself. Publishers, consumers and the
+ * topology register {@link ReadyHook}s, which run again after every reconnect so
+ * channels are reopened, topology is declared and consumers re-attach.
+ *
+ * Events: `connected`, `disconnected` (error), `reconnect-scheduled` ({attempt, delayMs}),
+ * `hook-failed` (error).
+ */
+export class BrokerConnection extends EventEmitter {
+  readonly url: string;
+  private readonly connectTimeoutMs: number;
+  private readonly initialDelayMs: number;
+  private readonly maxDelayMs: number;
+  private readonly heartbeat: number;
+  private readonly connectionName: string;
+  private readonly logger: Logger;
+  private readonly hooks: ReadyHook[] = [];
+  private model: amqp.ChannelModel | undefined;
+  private closing = false;
+  private generation = 0;
+  private waiters: Array<() => void> = [];
+  private reconnectTimer: NodeJS.Timeout | undefined;
+  private connecting: Promise<void> | undefined;
+
+  constructor(options: ConnectionOptions = {}) {
+    super();
+    this.url = options.url ?? process.env['WARREN_AMQP_URL'] ?? 'amqp://guest:guest@127.0.0.1:5672';
+    this.connectTimeoutMs = positive(options.connectTimeoutMs, 10_000, 'connectTimeoutMs');
+    this.initialDelayMs = positive(options.reconnect?.initialDelayMs, 100, 'reconnect.initialDelayMs');
+    this.maxDelayMs = positive(options.reconnect?.maxDelayMs, 10_000, 'reconnect.maxDelayMs');
+    this.heartbeat = options.heartbeatSeconds ?? 10;
+    this.connectionName = options.connectionName ?? 'warren';
+    this.logger = options.logger ?? silentLogger;
+  }
+
+  /** True while a connection is up and every ready hook has run. */
+  get ready(): boolean {
+    return this.model !== undefined && this.connecting === undefined;
+  }
+
+  /** Counts connections made; a channel from an older generation is stale. */
+  get currentGeneration(): number {
+    return this.generation;
+  }
+
+  /** Connects, retrying with backoff until `connectTimeoutMs`; then runs every hook. */
+  async open(): Promise<void> {
+    if (this.closing) throw new ClosedError('The connection');
+    if (this.model) return;
+    const deadline = Date.now() + this.connectTimeoutMs;
+    let attempt = 0;
+    let lastError: unknown;
+    while (Date.now() < deadline && !this.closing) {
+      attempt += 1;
+      try {
+        await this.connectOnce();
+        return;
+      } catch (error) {
+        lastError = error;
+        const delay = Math.min(backoffDelay(attempt, this.initialDelayMs, this.maxDelayMs), Math.max(0, deadline - Date.now()));
+        if (delay <= 0) break;
+        await new Promise((r) => setTimeout(r, delay));
+      }
+    }
+    const detail = lastError instanceof Error ? lastError.message : String(lastError ?? 'closed while connecting');
+    throw new BrokerUnreachableError(redactUrl(this.url), `${detail} (gave up after ${attempt} attempts in ${this.connectTimeoutMs} ms)`, { cause: lastError });
+  }
+
+  private async connectOnce(): Promise<void> {
+    const model = await amqp.connect(withHeartbeat(this.url, this.heartbeat), {
+      noDelay: true,
+      clientProperties: { connection_name: this.connectionName },
+      timeout: Math.min(this.connectTimeoutMs, 10_000),
+    });
+    if (this.closing) {
+      await model.close().catch(() => undefined);
+      throw new ClosedError('The connection');
+    }
+    this.generation += 1;
+    const generation = this.generation;
+    model.on('error', (err: Error) => this.logger.warn('connection error', { error: err.message }));
+    model.on('close', (err?: Error) => this.onClose(generation, err));
+    model.on('blocked', (reason: string) => this.logger.warn('broker blocked publishing on this connection', { reason }));
+    model.on('unblocked', () => this.logger.info('broker unblocked publishing'));
+    this.model = model;
+    this.connecting = this.runHooks(model);
+    try {
+      await this.connecting;
+    } finally {
+      this.connecting = undefined;
+    }
+    this.logger.info('connected', { url: redactUrl(this.url), generation });
+    this.emit('connected', generation);
+    const waiters = this.waiters;
+    this.waiters = [];
+    for (const w of waiters) w();
+  }
+
+  private async runHooks(model: amqp.ChannelModel): Promise<void> {
+    for (const hook of [...this.hooks]) {
+      try {
+        await hook(model);
+      } catch (error) {
+        this.logger.error('a setup step failed after connecting', { error: error instanceof Error ? error.message : String(error) });
+        this.emit('hook-failed', error);
+      }
+    }
+  }
+
+  private onClose(generation: number, err?: Error): void {
+    if (generation !== this.generation) return;
+    this.model = undefined;
+    if (this.closing) return;
+    this.logger.warn('connection lost; reconnecting', { error: err?.message });
+    this.emit('disconnected', err);
+    this.scheduleReconnect(1);
+  }
+
+  private scheduleReconnect(attempt: number): void {
+    if (this.closing || this.reconnectTimer) return;
+    const delayMs = backoffDelay(attempt, this.initialDelayMs, this.maxDelayMs);
+    this.emit('reconnect-scheduled', { attempt, delayMs });
+    this.reconnectTimer = setTimeout(() => {
+      this.reconnectTimer = undefined;
+      this.connectOnce().catch((error: unknown) => {
+        if (this.closing) return;
+        this.logger.warn('reconnect failed', { attempt, error: error instanceof Error ? error.message : String(error) });
+        this.scheduleReconnect(attempt + 1);
+      });
+    }, delayMs);
+  }
+
+  /**
+   * Registers a hook that runs on every connect. When already connected it runs
+   * now too. Returns a function that unregisters it.
+   */
+  async onReady(hook: ReadyHook): Promise<() => void> {
+    this.hooks.push(hook);
+    if (this.model && !this.connecting) await hook(this.model);
+    return () => {
+      const i = this.hooks.indexOf(hook);
+      if (i >= 0) this.hooks.splice(i, 1);
+    };
+  }
+
+  /** The live connection, waiting up to `timeoutMs` for a reconnect. */
+  async waitReady(timeoutMs: number): Promise<amqp.ChannelModel> {
+    if (this.closing) throw new ClosedError('The connection');
+    if (this.model && !this.connecting) return this.model;
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.waiters = this.waiters.filter((w) => w !== done);
+        reject(new BrokerUnreachableError(redactUrl(this.url), `not connected within ${timeoutMs} ms`));
+      }, timeoutMs);
+      const done = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      this.waiters.push(done);
+    });
+    if (!this.model) throw new ClosedError('The connection');
+    return this.model;
+  }
+
+  /** Closes the connection and stops reconnecting. */
+  async close(): Promise<void> {
+    this.closing = true;
+    if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
+    this.reconnectTimer = undefined;
+    const model = this.model;
+    this.model = undefined;
+    for (const w of this.waiters) w();
+    this.waiters = [];
+    if (model) await model.close().catch(() => undefined);
+  }
+}

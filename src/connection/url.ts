@@ -1,0 +1,10 @@
+/** The URL with its password replaced, safe to print. */
+export function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.toString();
+  } catch {
+    return url.replace(/\/\/([^:@/]+):[^@/]*@/, '//$1:***@');
+  }
+}

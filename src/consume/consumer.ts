@@ -1,0 +1,471 @@
+import { EventEmitter } from 'node:events';
+import type * as amqp from 'amqplib';
+import { ClosedError, HandlerTimeoutError, InvalidOptionError, InvalidPayloadError, WarrenError } from '../errors.js';
+import { HEADER, type ParkReason } from '../headers.js';
+import { silentLogger, type Logger } from '../logger.js';
+import type { BrokerConnection } from '../connection/index.js';
+import { backoffDelay } from '../connection/index.js';
+import { declareTopology } from '../topology/apply.js';
+import type { ConsumerTopology, Topology } from '../topology/declaration.js';
+import type { Publisher } from '../publish/publisher.js';
+import { describeFailure, failureHeaders } from '../park/failure.js';
+import { readAttempts } from '../retry/attempts.js';
+import { decideRetry } from '../retry/ladder.js';
+import { classifyFailure } from './classify.js';
+import { formatIssues } from './schema.js';
+import type { ConsumerOptions, ConsumerStats, Handler, MessageContext, Outcome } from './types.js';
+
+const DEFAULTS = { prefetch: 20, concurrency: 10, timeoutMs: 60_000, shutdownTimeoutMs: 10_000, storeOutageHoldMs: 300_000 } as const;
+
+interface Delivery {
+  readonly msg: amqp.ConsumeMessage;
+  readonly ch: amqp.Channel;
+}
+
+function int(value: number | undefined, fallback: number, option: string, min: number, max: number): number {
+  const v = value ?? fallback;
+  if (!Number.isInteger(v) || v < min || v > max) throw new InvalidOptionError(option, `${v} is not a whole number from ${min} to ${max}`);
+  return v;
+}
+
+/** Why a delivery was parked before its handler ran, with the error to attach. */
+class ParkNow extends Error {
+  constructor(readonly reason: ParkReason, readonly error: unknown) {
+    super(reason);
+  }
+}
+
+/** A message that made the process die this many times is parked, not run again. */
+export class CrashLoopError extends WarrenError {
+  constructor(consumer: string, deliveries: number) {
+    super('PERMANENT', `Consumer '${consumer}' was delivered this message ${deliveries} times without reaching an outcome (the process died or the channel closed while handling it); parked to stop the crash loop.`);
+  }
+}
+
+/**
+ * Consumes one work queue under warren's contract: ack on success; a permanent
+ * error or bad payload parks at once; a transient error climbs the delay ladder and
+ * parks at the cap; requeue only for messages never started when shutting down.
+ * Every move is publish-with-confirm first, ack second.
+ *
+ * Events: `outcome` ({@link Outcome}), `cancelled` (the broker cancelled the consumer),
+ * `error` is never emitted (failures are logged), so no listener is required.
+ */
+export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
+  readonly name: string;
+  readonly stats: ConsumerStats = { acked: 0, duplicate: 0, retried: 0, parked: 0, requeued: 0, redeliveryMoved: 0, inFlight: 0 };
+  private readonly prefetch: number;
+  private readonly concurrency: number;
+  private readonly timeoutMs: number;
+  private readonly shutdownTimeoutMs: number;
+  private readonly storeOutageHoldMs: number;
+  private readonly logger: Logger;
+  private readonly retryQueueSet: ReadonlySet<string>;
+  private channel: amqp.Channel | undefined;
+  private consumerTag: string | undefined;
+  private attaching: Promise<void> | undefined;
+  private readonly waiting: Delivery[] = [];
+  private readonly active = new Set<Promise<void>>();
+  private readonly controllers = new Set<AbortController>();
+  private stopping = false;
+  private closed = false;
+  private unregister: (() => void) | undefined;
+  private reattachTimer: NodeJS.Timeout | undefined;
+  private reattachAttempt = 0;
+
+  constructor(
+    private readonly connection: BrokerConnection,
+    private readonly publisher: Publisher,
+    private readonly topology: Topology,
+    readonly declaration: ConsumerTopology,
+    private readonly handler: Handler<T, Tx>,
+    private readonly options: ConsumerOptions<T, Tx> = {},
+  ) {
+    super();
+    this.name = declaration.name;
+    if (typeof handler !== 'function') throw new InvalidOptionError('handler', 'expected a function (payload, context) => Promise<void>');
+    this.prefetch = int(options.prefetch, DEFAULTS.prefetch, 'prefetch', 1, 65_535);
+    this.concurrency = int(options.concurrency, Math.min(DEFAULTS.concurrency, this.prefetch), 'concurrency', 1, this.prefetch);
+    this.timeoutMs = int(options.timeoutMs, DEFAULTS.timeoutMs, 'timeoutMs', 1, 1_700_000);
+    this.shutdownTimeoutMs = int(options.shutdownTimeoutMs, DEFAULTS.shutdownTimeoutMs, 'shutdownTimeoutMs', 0, 1_700_000);
+    this.storeOutageHoldMs = int(options.storeOutageHoldMs, DEFAULTS.storeOutageHoldMs, 'storeOutageHoldMs', 0, 1_500_000);
+    if (options.schema !== undefined && typeof options.schema?.['~standard']?.validate !== 'function') {
+      throw new InvalidOptionError('schema', 'expected a Standard Schema (an object with a `~standard.validate` function), such as a zod schema');
+    }
+    if (options.classify !== undefined && typeof options.classify !== 'function') throw new InvalidOptionError('classify', 'expected a function (error) => "permanent" | "transient" | undefined');
+    if (options.idempotency !== undefined && typeof options.idempotency?.run !== 'function') throw new InvalidOptionError('idempotency', 'expected a guard with a `run(messageId, consumer, work)` method, such as `store.idempotency()`');
+    this.logger = options.logger ?? silentLogger;
+    this.retryQueueSet = new Set(declaration.retryQueues);
+  }
+
+  /** Attaches now and again after every reconnect. */
+  async start(): Promise<void> {
+    this.unregister = await this.connection.onReady(async (model) => {
+      this.channel = undefined;
+      await this.attach(model);
+    });
+  }
+
+  /** True while the consumer is attached to its queue. */
+  get attached(): boolean {
+    return this.channel !== undefined && this.consumerTag !== undefined;
+  }
+
+  private attach(model: amqp.ChannelModel): Promise<void> {
+    if (this.attaching) return this.attaching;
+    this.attaching = (async () => {
+      if (this.closed || this.stopping || this.channel) return;
+      const ch = await model.createChannel();
+      ch.on('error', (err: Error) => this.logger.warn('consumer channel error', { consumer: this.name, error: err.message }));
+      ch.on('close', () => this.onChannelClose(ch));
+      await ch.prefetch(this.prefetch);
+      this.channel = ch;
+      const reply = await ch.consume(this.declaration.queue, (msg) => this.onMessage(ch, msg), { noAck: false });
+      this.consumerTag = reply.consumerTag;
+      this.reattachAttempt = 0;
+      this.logger.info('consumer attached', { consumer: this.name, queue: this.declaration.queue });
+    })().finally(() => {
+      this.attaching = undefined;
+    });
+    return this.attaching;
+  }
+
+  private onChannelClose(ch: amqp.Channel): void {
+    if (this.channel !== ch) return;
+    this.channel = undefined;
+    this.consumerTag = undefined;
+    // Deliveries waiting on this channel go back to the queue with it.
+    for (let i = this.waiting.length - 1; i >= 0; i--) if (this.waiting[i]?.ch === ch) this.waiting.splice(i, 1);
+    if (!this.closed && !this.stopping) this.scheduleReattach('channel closed');
+  }
+
+  private scheduleReattach(why: string): void {
+    if (this.reattachTimer || this.closed || this.stopping) return;
+    this.reattachAttempt += 1;
+    const delay = backoffDelay(this.reattachAttempt, 200, 10_000);
+    this.reattachTimer = setTimeout(() => {
+      this.reattachTimer = undefined;
+      void this.reattach(why);
+    }, delay);
+  }
+
+  private async reattach(why: string): Promise<void> {
+    if (this.closed || this.stopping) return;
+    try {
+      const model = await this.connection.waitReady(30_000);
+      if (why === 'cancelled') await declareTopology(model, this.topology, this.name);
+      if (this.channel && !this.consumerTag) {
+        const old = this.channel;
+        this.channel = undefined;
+        await old.close().catch(() => undefined);
+      }
+      await this.attach(model);
+    } catch (error) {
+      this.logger.warn('consumer could not re-attach; trying again', { consumer: this.name, why, error: error instanceof Error ? error.message : String(error) });
+      this.scheduleReattach(why);
+    }
+  }
+
+  private onMessage(ch: amqp.Channel, msg: amqp.ConsumeMessage | null): void {
+    if (msg === null) {
+      // The broker cancelled us: the queue was deleted, or it failed over.
+      this.logger.error('the broker cancelled the consumer; re-declaring its queues and re-attaching', { consumer: this.name, queue: this.declaration.queue });
+      this.consumerTag = undefined;
+      this.emit('cancelled', { consumer: this.name, queue: this.declaration.queue });
+      if (!this.closed && !this.stopping) this.scheduleReattach('cancelled');
+      return;
+    }
+    if (this.stopping) {
+      this.requeue({ msg, ch });
+      return;
+    }
+    this.waiting.push({ msg, ch });
+    this.pump();
+  }
+
+  private pump(): void {
+    while (!this.stopping && this.active.size < this.concurrency && this.waiting.length > 0) {
+      const delivery = this.waiting.shift() as Delivery;
+      const run: Promise<void> = this.process(delivery)
+        .catch((error: unknown) => {
+          this.logger.error('unexpected failure while settling a delivery; it will be redelivered', { consumer: this.name, error: error instanceof Error ? error.message : String(error) });
+        })
+        .finally(() => {
+          this.active.delete(run);
+          this.stats.inFlight = this.active.size;
+          this.pump();
+        });
+      this.active.add(run);
+      this.stats.inFlight = this.active.size;
+    }
+  }
+
+  private requeue(d: Delivery): void {
+    try {
+      d.ch.nack(d.msg, false, true);
+      this.count({ kind: 'requeued', messageId: d.msg.properties.messageId as string | undefined });
+    } catch {
+      // The channel is gone; the broker requeues the message itself.
+    }
+  }
+
+  private count(outcome: Outcome): void {
+    switch (outcome.kind) {
+      case 'acked': this.stats.acked++; break;
+      case 'duplicate': this.stats.duplicate++; break;
+      case 'retried': this.stats.retried++; break;
+      case 'parked': this.stats.parked++; break;
+      case 'requeued': this.stats.requeued++; break;
+      case 'redelivery-moved': this.stats.redeliveryMoved++; break;
+    }
+    this.emit('outcome', outcome);
+  }
+
+  private ack(d: Delivery): boolean {
+    try {
+      d.ch.ack(d.msg);
+      return true;
+    } catch {
+      // The channel closed: the broker will redeliver, and idempotency makes that harmless.
+      return false;
+    }
+  }
+
+  private async process(d: Delivery): Promise<void> {
+    const { msg } = d;
+    const messageId = msg.properties.messageId as string | undefined;
+    const headers = (msg.properties.headers ?? {}) as Record<string, unknown>;
+    const attempts = readAttempts(headers, this.retryQueueSet);
+    if (attempts.warning) this.logger.warn('attempt count unreadable', { consumer: this.name, messageId, warning: attempts.warning });
+
+    try {
+      if (msg.fields.redelivered && (await this.guardCrashLoop(d, headers))) return;
+      const payload = await this.decode(msg, messageId);
+      await this.runHandler(d, payload, messageId, headers, attempts.failed);
+      if (this.ack(d)) this.count({ kind: 'acked', messageId });
+    } catch (error) {
+      if (error instanceof ParkNow) {
+        await this.park(d, headers, error.reason, error.error, attempts.failed + 1);
+        return;
+      }
+      if (error instanceof DuplicateDelivery) {
+        if (this.ack(d)) this.count({ kind: 'duplicate', messageId });
+        return;
+      }
+      if (error instanceof StoreOutage) {
+        await this.retry(d, headers, error.cause, attempts.failed, { countAttempt: false, tier: 0 });
+        return;
+      }
+      if (classifyFailure(error, this.options.classify) === 'permanent') {
+        await this.park(d, headers, 'permanent-error', error, attempts.failed + 1);
+        return;
+      }
+      await this.retry(d, headers, error, attempts.failed, { countAttempt: true });
+    }
+  }
+
+  /**
+   * A redelivered message had no outcome last time: the process died on it, or the
+   * channel closed. Quorum queues count deliveries themselves; on classic queues the
+   * message is moved to the back of the queue with warren's own count. Returns true
+   * when the delivery was settled here.
+   */
+  private async guardCrashLoop(d: Delivery, headers: Record<string, unknown>): Promise<boolean> {
+    const limit = this.declaration.crashLimit;
+    if (this.declaration.queueType === 'quorum') {
+      const count = Number(headers['x-delivery-count'] ?? 1);
+      if (Number.isFinite(count) && count >= limit) throw new ParkNow('crash-loop', new CrashLoopError(this.name, count + 1));
+      return false;
+    }
+    const previous = Number(headers[HEADER.redeliveries] ?? 0);
+    const redeliveries = (Number.isInteger(previous) && previous >= 0 ? previous : 0) + 1;
+    if (redeliveries >= limit) throw new ParkNow('crash-loop', new CrashLoopError(this.name, redeliveries + 1));
+    const moved = await this.move(d, this.declaration.queue, { ...headers, [HEADER.redeliveries]: redeliveries });
+    if (moved) this.count({ kind: 'redelivery-moved', messageId: d.msg.properties.messageId as string | undefined, redeliveries });
+    return true;
+  }
+
+  private async decode(msg: amqp.ConsumeMessage, messageId: string | undefined): Promise<T> {
+    let value: unknown;
+    try {
+      value = JSON.parse(msg.content.toString('utf8'));
+    } catch (error) {
+      throw new ParkNow('invalid-json', new InvalidPayloadError(`The body is not valid JSON (${error instanceof Error ? error.message : String(error)}); ${msg.content.length} bytes, content type ${msg.properties.contentType ?? 'not set'}.`, [], { cause: error }));
+    }
+    if (messageId === undefined || messageId === '') {
+      if (this.options.idempotency) {
+        throw new ParkNow('missing-message-id', new InvalidPayloadError('The message has no message id, so the idempotency guard cannot tell a duplicate from new work. Publish with a message id (warren stamps one) and replay it.'));
+      }
+    }
+    const schema = this.options.schema;
+    if (!schema) return value as T;
+    const result = await schema['~standard'].validate(value);
+    if (result.issues) {
+      const issues = formatIssues(result.issues);
+      throw new ParkNow('invalid-payload', new InvalidPayloadError(`The payload does not match the schema: ${issues.slice(0, 10).join('; ')}`, issues));
+    }
+    return result.value;
+  }
+
+  private async runHandler(d: Delivery, payload: T, messageId: string | undefined, headers: Record<string, unknown>, failed: number): Promise<void> {
+    const controller = new AbortController();
+    this.controllers.add(controller);
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        const error = new HandlerTimeoutError(this.name, this.timeoutMs);
+        controller.abort(error);
+        reject(error);
+      }, this.timeoutMs);
+    });
+    const routingKey = typeof headers[HEADER.routingKey] === 'string' ? (headers[HEADER.routingKey] as string) : d.msg.fields.routingKey;
+    const context = (tx: Tx): MessageContext<Tx> => ({ messageId, routingKey, headers, attempt: failed + 1, signal: controller.signal, tx, raw: d.msg });
+    try {
+      const guard = this.options.idempotency;
+      const work: Promise<void> = guard
+        ? this.runGuarded(guard, messageId as string, async (tx) => {
+            await this.handler(payload, context(tx));
+          })
+        : Promise.resolve().then(async () => {
+            await this.handler(payload, context(undefined as Tx));
+          });
+      await Promise.race([work, timeout]);
+    } finally {
+      clearTimeout(timer);
+      this.controllers.delete(controller);
+    }
+  }
+
+  /** Runs the guard, holding the message while the database is unreachable. */
+  private async runGuarded(guard: NonNullable<ConsumerOptions<T, Tx>['idempotency']>, messageId: string, work: (tx: Tx) => Promise<void>): Promise<void> {
+    const holdUntil = Date.now() + this.storeOutageHoldMs;
+    for (let attempt = 1; ; attempt++) {
+      let result: 'done' | 'duplicate';
+      try {
+        result = await guard.run(messageId, this.name, work);
+      } catch (error) {
+        if (!(error instanceof WarrenError && error.code === 'STORE_UNAVAILABLE')) throw error;
+        if (Date.now() >= holdUntil || this.stopping) throw new StoreOutage(error);
+        this.logger.warn('database unavailable; holding the message and trying again', { consumer: this.name, messageId, attempt, error: error.message });
+        await new Promise((r) => setTimeout(r, Math.min(backoffDelay(attempt, 100, 5000), Math.max(1, holdUntil - Date.now()))));
+        continue;
+      }
+      if (result === 'duplicate') throw new DuplicateDelivery();
+      return;
+    }
+  }
+
+  private async retry(d: Delivery, headers: Record<string, unknown>, error: unknown, failed: number, how: { countAttempt: boolean; tier?: number }): Promise<void> {
+    const messageId = d.msg.properties.messageId as string | undefined;
+    const decision = how.countAttempt ? decideRetry(failed, this.declaration.delaysMs, this.declaration.maxAttempts) : ({ action: 'retry', tier: how.tier ?? 0, attempts: failed } as const);
+    if (decision.action === 'park') {
+      await this.park(d, headers, 'max-attempts', error, decision.attempts);
+      return;
+    }
+    const queue = this.declaration.retryQueues[decision.tier] as string;
+    const next = {
+      ...headers,
+      ...this.origin(d, headers),
+      ...failureHeaders(describeFailure(error), headers, new Date()),
+      [HEADER.attempts]: decision.attempts,
+      [HEADER.consumer]: this.name,
+    };
+    if (await this.move(d, queue, next)) {
+      this.logger.info('handler failed; retrying later', { consumer: this.name, messageId, attempts: decision.attempts, queue });
+      this.count({ kind: 'retried', messageId, attempts: decision.attempts, queue, error });
+    }
+  }
+
+  private async park(d: Delivery, headers: Record<string, unknown>, reason: ParkReason, error: unknown, attempts: number): Promise<void> {
+    const messageId = d.msg.properties.messageId as string | undefined;
+    const now = new Date();
+    const next = {
+      ...headers,
+      ...this.origin(d, headers),
+      ...failureHeaders(describeFailure(error), headers, now),
+      [HEADER.attempts]: attempts,
+      [HEADER.consumer]: this.name,
+      [HEADER.parkedReason]: reason,
+      [HEADER.parkedAt]: now.toISOString(),
+    };
+    if (await this.move(d, this.declaration.parkedQueue, next)) {
+      this.logger.warn('message parked', { consumer: this.name, messageId, reason, attempts, error: describeFailure(error).message });
+      this.count({ kind: 'parked', messageId, reason, attempts, error });
+    }
+  }
+
+  /** The original exchange and routing key, kept from the first failure on. */
+  private origin(d: Delivery, headers: Record<string, unknown>): Record<string, string> {
+    return {
+      [HEADER.exchange]: typeof headers[HEADER.exchange] === 'string' ? (headers[HEADER.exchange] as string) : d.msg.fields.exchange,
+      [HEADER.routingKey]: typeof headers[HEADER.routingKey] === 'string' ? (headers[HEADER.routingKey] as string) : d.msg.fields.routingKey,
+    };
+  }
+
+  /**
+   * Publishes a copy to `queue` (through the default exchange, so it reaches that
+   * queue alone) and waits for the confirm, then acks the original. While the publish
+   * fails, the original stays unacked and the move is tried again; if the channel
+   * closes meanwhile the broker redelivers it. Returns true when acked.
+   */
+  private async move(d: Delivery, queue: string, headers: Record<string, unknown>): Promise<boolean> {
+    const p = d.msg.properties;
+    const properties: amqp.Options.Publish = { headers, persistent: true };
+    if (p.messageId !== undefined) properties.messageId = p.messageId as string;
+    if (p.contentType !== undefined) properties.contentType = p.contentType as string;
+    if (p.contentEncoding !== undefined) properties.contentEncoding = p.contentEncoding as string;
+    if (p.correlationId !== undefined) properties.correlationId = p.correlationId as string;
+    if (p.timestamp !== undefined) properties.timestamp = p.timestamp as number;
+    if (p.type !== undefined) properties.type = p.type as string;
+    if (p.appId !== undefined) properties.appId = p.appId as string;
+    if (p.priority !== undefined) properties.priority = p.priority as number;
+    for (let attempt = 1; ; attempt++) {
+      if (this.channel !== d.ch) return false; // its channel is gone: the broker redelivers it
+      try {
+        await this.publisher.send({ exchange: '', routingKey: queue, content: d.msg.content, properties });
+        return this.ack(d);
+      } catch (error) {
+        if (error instanceof ClosedError) return false;
+        this.logger.error('could not move a message; it stays unacked and the move is tried again', { consumer: this.name, queue, attempt, error: error instanceof Error ? error.message : String(error) });
+        if (this.channel !== d.ch) return false; // its channel is gone: the broker redelivers it
+        await new Promise((r) => setTimeout(r, backoffDelay(attempt, 200, 5000)));
+      }
+    }
+  }
+
+  /**
+   * Stops taking messages, requeues those that never started, lets running handlers
+   * finish within `shutdownTimeoutMs`, then closes the channel (the broker requeues
+   * any message whose handler was still running).
+   */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.stopping = true;
+    this.unregister?.();
+    if (this.reattachTimer) clearTimeout(this.reattachTimer);
+    const ch = this.channel;
+    if (ch && this.consumerTag) await ch.cancel(this.consumerTag).catch(() => undefined);
+    for (const d of this.waiting.splice(0)) this.requeue(d);
+    if (this.active.size > 0) {
+      let timer: NodeJS.Timeout | undefined;
+      const deadline = new Promise<'timeout'>((r) => (timer = setTimeout(() => r('timeout'), this.shutdownTimeoutMs)));
+      const outcome = await Promise.race([Promise.allSettled([...this.active]).then(() => 'done' as const), deadline]);
+      clearTimeout(timer);
+      if (outcome === 'timeout') {
+        this.logger.warn('handlers still running at the shutdown deadline; their messages will be redelivered', { consumer: this.name, running: this.active.size });
+        for (const c of this.controllers) c.abort(new ClosedError(`Consumer '${this.name}'`));
+      }
+    }
+    this.closed = true;
+    this.channel = undefined;
+    if (ch) await ch.close().catch(() => undefined);
+  }
+}
+
+class DuplicateDelivery extends Error {}
+
+class StoreOutage extends Error {
+  constructor(override readonly cause: unknown) {
+    super('store outage');
+  }
+}

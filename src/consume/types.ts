@@ -1,0 +1,98 @@
+import type * as amqp from 'amqplib';
+import type { Logger } from '../logger.js';
+import type { Classifier } from './classify.js';
+import type { StandardSchemaV1 } from './schema.js';
+
+/**
+ * Runs a handler's work exactly once per `(messageId, consumer)`: the store opens a
+ * transaction, inserts the marker row first, runs `work` with the transaction, and
+ * commits both or neither. Implemented by warren's SQLite and PostgreSQL stores.
+ */
+export interface IdempotencyGuard<Tx> {
+  /**
+   * @returns `'done'` when `work` ran and committed, `'duplicate'` when the marker
+   * existed and `work` did not run. Throws what `work` throws (after rolling back),
+   * or a {@link StoreUnavailableError} when the database cannot be reached.
+   */
+  run(messageId: string, consumer: string, work: (tx: Tx) => Promise<void>): Promise<'done' | 'duplicate'>;
+}
+
+/** What a handler gets beside the payload. */
+export interface MessageContext<Tx = undefined> {
+  /** The producer's message id; the same across retries and replays. */
+  readonly messageId: string | undefined;
+  /** The routing key the message was first published with. */
+  readonly routingKey: string;
+  readonly headers: Readonly<Record<string, unknown>>;
+  /** This run's number, 1 on the first delivery. */
+  readonly attempt: number;
+  /** Aborted when the handler times out or the consumer is closed past its deadline. */
+  readonly signal: AbortSignal;
+  /** The idempotency guard's transaction (the backend's own handle), when one is set. */
+  readonly tx: Tx;
+  /** The delivery as amqplib gave it. */
+  readonly raw: amqp.ConsumeMessage;
+}
+
+/** A message handler: resolve to ack, throw to retry or park. */
+export type Handler<T, Tx = undefined> = (payload: T, context: MessageContext<Tx>) => unknown;
+
+/** Options of one consumer. */
+export interface ConsumerOptions<T = unknown, Tx = undefined> {
+  /**
+   * Unacked deliveries the broker sends ahead.
+   * @default 20
+   */
+  prefetch?: number;
+  /**
+   * Handlers running at once (at most `prefetch`).
+   * @default 10
+   */
+  concurrency?: number;
+  /**
+   * A handler still running after this is counted as a transient failure (its
+   * `signal` is aborted). Keep it well below the broker's `consumer_timeout` (30 min).
+   * @default 60000
+   */
+  timeoutMs?: number;
+  /** Validates the payload (any Standard Schema, e.g. zod); a failure parks at once. */
+  schema?: StandardSchemaV1<unknown, T>;
+  /** Marks errors permanent or transient before warren's own rules. */
+  classify?: Classifier;
+  /** Runs each handler in a database transaction with a unique `(messageId, consumer)` row. */
+  idempotency?: IdempotencyGuard<Tx>;
+  /**
+   * On `close()`, how long in-flight handlers may run before the channel is closed
+   * (their messages are then redelivered).
+   * @default 10000
+   */
+  shutdownTimeoutMs?: number;
+  /**
+   * How long a message is held (unacked) while the database is unreachable before
+   * it is sent to the first retry tier without counting an attempt.
+   * @default 300000
+   */
+  storeOutageHoldMs?: number;
+  /** @default the Warren's logger */
+  logger?: Logger;
+}
+
+/** An outcome a consumer reports for each delivery. */
+export type Outcome =
+  | { readonly kind: 'acked'; readonly messageId: string | undefined }
+  | { readonly kind: 'duplicate'; readonly messageId: string | undefined }
+  | { readonly kind: 'retried'; readonly messageId: string | undefined; readonly attempts: number; readonly queue: string; readonly error: unknown }
+  | { readonly kind: 'parked'; readonly messageId: string | undefined; readonly reason: string; readonly attempts: number; readonly error: unknown }
+  | { readonly kind: 'requeued'; readonly messageId: string | undefined }
+  | { readonly kind: 'redelivery-moved'; readonly messageId: string | undefined; readonly redeliveries: number };
+
+/** Running totals of a consumer's outcomes. */
+export interface ConsumerStats {
+  acked: number;
+  duplicate: number;
+  retried: number;
+  parked: number;
+  requeued: number;
+  redeliveryMoved: number;
+  inFlight: number;
+}

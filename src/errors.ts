@@ -1,0 +1,204 @@
+/**
+ * Every error warren throws is a {@link WarrenError} with a stable `code`.
+ * Subclasses carry the context an operator needs (queue, message id, option name)
+ * and say what to do next.
+ */
+export type WarrenErrorCode =
+  | 'INVALID_OPTION'
+  | 'TOPOLOGY_DRIFT'
+  | 'UNROUTABLE'
+  | 'PUBLISH_NACKED'
+  | 'PUBLISH_NOT_CONFIRMED'
+  | 'BROKER_UNREACHABLE'
+  | 'CLOSED'
+  | 'PERMANENT'
+  | 'HANDLER_TIMEOUT'
+  | 'INVALID_PAYLOAD'
+  | 'UNKNOWN_CONSUMER'
+  | 'STORE_UNAVAILABLE'
+  | 'STORE'
+  | 'WAIT_FOR_CONDITION';
+
+/** Base class of every error warren throws. */
+export class WarrenError extends Error {
+  /** Stable, machine-readable code; safe to switch on. */
+  readonly code: WarrenErrorCode;
+
+  constructor(code: WarrenErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.code = code;
+    this.name = new.target.name;
+  }
+}
+
+/** An option was missing, of the wrong type, or out of range. */
+export class InvalidOptionError extends WarrenError {
+  /** Dotted path of the option, e.g. `consumers.billing.retry.maxAttempts`. */
+  readonly option: string;
+  constructor(option: string, problem: string, hint?: string) {
+    super('INVALID_OPTION', `Invalid option \`${option}\`: ${problem}.${hint ? ` ${hint}` : ''}`);
+    this.option = option;
+  }
+}
+
+/** One way in which an existing queue differs from the declaration. */
+export interface TopologyDifference {
+  /** Queue or exchange name. */
+  readonly name: string;
+  readonly kind: 'queue' | 'exchange';
+  /** Argument that differs, e.g. `x-message-ttl`; `type` for an exchange type. */
+  readonly argument: string;
+  /** What the declaration wants. `undefined` means "not set". */
+  readonly expected: unknown;
+  /** What the broker has. `undefined` means "not set"; `'?'` means "differs, value unknown". */
+  readonly actual: unknown;
+}
+
+/** How to migrate a queue whose arguments cannot be changed in place. */
+export function migrationHint(diff: TopologyDifference): string {
+  if (diff.kind === 'exchange') {
+    return `Exchange arguments cannot be changed in place: create a new exchange name in the declaration, or delete '${diff.name}' yourself when nothing depends on it. warren never deletes anything.`;
+  }
+  return (
+    `Queue arguments cannot be changed in place. To migrate: stop the consumers of '${diff.name}', ` +
+    `move or drain its messages (a shovel, or \`warren parked replay\` for a parked queue), ` +
+    `delete it yourself (\`rabbitmqctl delete_queue ${diff.name}\`), then declare again. ` +
+    `warren never deletes anything.`
+  );
+}
+
+function show(value: unknown): string {
+  return value === undefined ? 'not set' : JSON.stringify(value);
+}
+
+/** A queue or exchange exists with other arguments than the declaration gives. */
+export class TopologyDriftError extends WarrenError {
+  readonly differences: readonly TopologyDifference[];
+  constructor(differences: readonly TopologyDifference[], options?: { cause?: unknown }) {
+    const lines = differences.map(
+      (d) => `${d.kind} '${d.name}': ${d.argument} is ${show(d.actual)} on the broker, the declaration wants ${show(d.expected)}`,
+    );
+    const first = differences[0];
+    super(
+      'TOPOLOGY_DRIFT',
+      `The broker's topology differs from the declaration:\n  ${lines.join('\n  ')}${first ? `\n${migrationHint(first)}` : ''}`,
+      options,
+    );
+    this.differences = differences;
+  }
+}
+
+/** The broker returned a `mandatory` publish: no queue is bound for its routing key. */
+export class UnroutableError extends WarrenError {
+  readonly exchange: string;
+  readonly routingKey: string;
+  readonly messageId: string | undefined;
+  constructor(exchange: string, routingKey: string, messageId: string | undefined, replyText: string) {
+    super(
+      'UNROUTABLE',
+      `Message ${messageId ?? '(no id)'} to exchange '${exchange || '(default)'}' with routing key '${routingKey}' was returned by the broker (${replyText}): no queue is bound for that key. Bind a consumer to it in the topology, or check the routing key.`,
+    );
+    this.exchange = exchange;
+    this.routingKey = routingKey;
+    this.messageId = messageId;
+  }
+}
+
+/** The broker refused a publish (basic.nack). */
+export class PublishNackedError extends WarrenError {
+  readonly messageId: string | undefined;
+  constructor(messageId: string | undefined, options?: { cause?: unknown }) {
+    super(
+      'PUBLISH_NACKED',
+      `The broker nacked message ${messageId ?? '(no id)'}: it did not take responsibility for it (queue full with reject-publish, or an internal error). Publish it again; its id stays the same.`,
+      options,
+    );
+    this.messageId = messageId;
+  }
+}
+
+/**
+ * The channel closed before the broker confirmed: the message may or may not have
+ * been stored. Publishing again with the same id is safe where consumers are idempotent.
+ */
+export class PublishNotConfirmedError extends WarrenError {
+  readonly messageId: string | undefined;
+  constructor(messageId: string | undefined, reason: string, options?: { cause?: unknown }) {
+    super(
+      'PUBLISH_NOT_CONFIRMED',
+      `Message ${messageId ?? '(no id)'} was not confirmed: ${reason}. It may or may not have reached the broker; publish it again with the same id.`,
+      options,
+    );
+    this.messageId = messageId;
+  }
+}
+
+/** No connection to the broker could be made in time. */
+export class BrokerUnreachableError extends WarrenError {
+  readonly url: string;
+  constructor(url: string, detail: string, options?: { cause?: unknown }) {
+    super('BROKER_UNREACHABLE', `Cannot reach RabbitMQ at ${url}: ${detail}. Check that the broker runs and that the URL and credentials are right.`, options);
+    this.url = url;
+  }
+}
+
+/** The object was closed; make a new one. */
+export class ClosedError extends WarrenError {
+  constructor(what: string) {
+    super('CLOSED', `${what} is closed.`);
+  }
+}
+
+/**
+ * Throw this (or a subclass) from a handler for a failure that no retry can fix:
+ * the message is parked on its first attempt, with this error attached.
+ *
+ * @example
+ * if (!customer) throw new PermanentError(`customer ${id} does not exist`);
+ */
+export class PermanentError extends WarrenError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('PERMANENT', message, options);
+  }
+}
+
+/** A handler ran longer than its `timeoutMs`; counted as a transient failure. */
+export class HandlerTimeoutError extends WarrenError {
+  readonly timeoutMs: number;
+  constructor(consumer: string, timeoutMs: number) {
+    super('HANDLER_TIMEOUT', `Handler of consumer '${consumer}' did not settle within ${timeoutMs} ms; counted as a transient failure. Raise \`timeoutMs\` if the work is legitimately slow.`);
+    this.timeoutMs = timeoutMs;
+  }
+}
+
+/** The body is not JSON, or the payload fails the consumer's schema. */
+export class InvalidPayloadError extends WarrenError {
+  readonly issues: readonly string[];
+  constructor(message: string, issues: readonly string[] = [], options?: { cause?: unknown }) {
+    super('INVALID_PAYLOAD', message, options);
+    this.issues = issues;
+  }
+}
+
+/** A consumer name that the topology does not declare. */
+export class UnknownConsumerError extends WarrenError {
+  readonly consumer: string;
+  readonly known: readonly string[];
+  constructor(consumer: string, known: readonly string[]) {
+    super('UNKNOWN_CONSUMER', `Unknown consumer '${consumer}'. The topology declares: ${known.length ? known.join(', ') : '(none)'}.`);
+    this.consumer = consumer;
+    this.known = known;
+  }
+}
+
+/** The database could not be reached; the message is held and tried again. */
+export class StoreUnavailableError extends WarrenError {
+  constructor(detail: string, options?: { cause?: unknown }) {
+    super('STORE_UNAVAILABLE', `The database is unavailable: ${detail}.`, options);
+  }
+}
+
+/** Type guard: is this any error that warren threw? */
+export function isWarrenError(error: unknown): error is WarrenError {
+  return error instanceof WarrenError;
+}

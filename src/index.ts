@@ -1,0 +1,18 @@
+export { Warren, type WarrenOptions } from './warren.js';
+export { defineTopology, TOPOLOGY_DEFAULTS, type Topology, type TopologyOptions, type ConsumerDeclaration, type ConsumerTopology, type RetryOptions, type QueueType } from './topology/declaration.js';
+export { topologySpec, consumerQueues, type TopologySpec, type QueueSpec, type ExchangeSpec, type BindingSpec } from './topology/plan.js';
+export { declareTopology, planTopology, verifyTopology, type TopologyPlan, type PlanEntry } from './topology/apply.js';
+export { BrokerConnection, backoffDelay, redactUrl, type ConnectionOptions } from './connection/index.js';
+export { Publisher, type PublisherOptions, type PublishOptions, type PublishReceipt, type OutgoingMessage } from './publish/publisher.js';
+export { uuidv7 } from './publish/message-id.js';
+export { Consumer, CrashLoopError } from './consume/consumer.js';
+export type { ConsumerOptions, Handler, MessageContext, IdempotencyGuard, Outcome, ConsumerStats } from './consume/types.js';
+export type { StandardSchemaV1 } from './consume/schema.js';
+export { classifyFailure, type Classifier, type FailureKind } from './consume/classify.js';
+export { ManagementClient, type ManagementOptions, type QueueInfo } from './management/client.js';
+export { HEADER, type ParkReason } from './headers.js';
+export { describeFailure, failureFingerprint, type FailureInfo } from './park/failure.js';
+export { readAttempts, countDeaths, type AttemptCount } from './retry/attempts.js';
+export { decideRetry, parseDuration, formatDuration, retryQueueName, parkedQueueName, type Duration, type RetryDecision } from './retry/ladder.js';
+export { consoleLogger, silentLogger, type Logger } from './logger.js';
+export * from './errors.js';

@@ -1,0 +1,17 @@
+import { describe, expect, it } from 'vitest';
+import { uuidv7 } from './message-id.js';
+
+describe('uuidv7', () => {
+  it('has the version and variant bits of a UUIDv7', () => {
+    expect(uuidv7()).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+  });
+  it('sorts by creation, within one millisecond too', () => {
+    const ids = Array.from({ length: 5000 }, () => uuidv7());
+    expect([...ids].sort()).toEqual(ids);
+    expect(new Set(ids).size).toBe(ids.length);
+  });
+  it('starts with the timestamp', () => {
+    const id = uuidv7(Date.UTC(2026, 0, 1) + 7);
+    expect(parseInt(id.replace(/-/g, '').slice(0, 12), 16)).toBeGreaterThanOrEqual(Date.UTC(2026, 0, 1));
+  });
+});

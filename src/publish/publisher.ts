@@ -1,0 +1,269 @@
+import type * as amqp from 'amqplib';
+import { ClosedError, InvalidOptionError, PublishNackedError, PublishNotConfirmedError, UnroutableError } from '../errors.js';
+import { HEADER } from '../headers.js';
+import { silentLogger, type Logger } from '../logger.js';
+import type { BrokerConnection } from '../connection/index.js';
+import { uuidv7 } from './message-id.js';
+
+/** Options of a {@link Publisher}. */
+export interface PublisherOptions {
+  /**
+   * Publishes awaiting their confirm at once; further calls wait for a free slot.
+   * @default 1000
+   */
+  maxInFlight?: number;
+  /**
+   * How long a publish waits for a connection when the broker is away.
+   * @default 10000
+   */
+  connectTimeoutMs?: number;
+  /** @default a logger that drops everything */
+  logger?: Logger;
+}
+
+/** Per-message options of {@link Publisher.publish}. */
+export interface PublishOptions {
+  /**
+   * The message id. Make it once and keep it: retries and replays keep it too,
+   * and idempotent consumers key on it.
+   * @default a new UUIDv7
+   */
+  messageId?: string;
+  /** When the event happened. @default now */
+  occurredAt?: Date;
+  correlationId?: string;
+  /** Extra headers. Names starting with `warren-` are warren's own. */
+  headers?: Record<string, unknown>;
+  /** AMQP `type` property, e.g. the event name. */
+  type?: string;
+  /** Overrides the topology's exchange. */
+  exchange?: string;
+}
+
+/** A message ready to go out, as warren moves it between queues. */
+export interface OutgoingMessage {
+  readonly exchange: string;
+  readonly routingKey: string;
+  readonly content: Buffer;
+  readonly properties: amqp.Options.Publish;
+}
+
+/** What a confirmed publish returns. */
+export interface PublishReceipt {
+  readonly messageId: string;
+}
+
+interface Pending {
+  readonly key: string;
+  returned?: string;
+  settle(error?: Error): void;
+}
+
+const DEFAULTS = { maxInFlight: 1000, connectTimeoutMs: 10_000 } as const;
+
+/**
+ * Publishes with publisher confirms and `mandatory`: `publish()` resolves only once the
+ * broker has confirmed the message, and rejects with {@link UnroutableError} when no
+ * queue is bound for the key, {@link PublishNackedError} on a nack, and
+ * {@link PublishNotConfirmedError} when the connection drops first. It never reports
+ * a message as confirmed that was not.
+ *
+ * @example
+ * const { messageId } = await warren.publisher.publish('order.created', { orderId: 42 });
+ */
+export class Publisher {
+  private readonly maxInFlight: number;
+  private readonly connectTimeoutMs: number;
+  private readonly logger: Logger;
+  private channel: amqp.ConfirmChannel | undefined;
+  private opening: Promise<amqp.ConfirmChannel> | undefined;
+  private readonly pendingByKey = new Map<string, Pending[]>();
+  private inFlight = 0;
+  private readonly slotWaiters: Array<() => void> = [];
+  private drained: Promise<void> | undefined;
+  private closed = false;
+  private unregister: (() => void) | undefined;
+
+  constructor(
+    private readonly connection: BrokerConnection,
+    private readonly exchange: string,
+    options: PublisherOptions = {},
+  ) {
+    const max = options.maxInFlight ?? DEFAULTS.maxInFlight;
+    if (!Number.isInteger(max) || max < 1 || max > 100_000) throw new InvalidOptionError('maxInFlight', `${max} is not a whole number from 1 to 100000`);
+    this.maxInFlight = max;
+    this.connectTimeoutMs = options.connectTimeoutMs ?? DEFAULTS.connectTimeoutMs;
+    this.logger = options.logger ?? silentLogger;
+  }
+
+  /** Opens the confirm channel now and after every reconnect. */
+  async start(): Promise<void> {
+    this.unregister = await this.connection.onReady(async (model) => {
+      this.channel = undefined;
+      await this.openChannel(model);
+    });
+  }
+
+  /** Messages sent and not yet confirmed. */
+  get pending(): number {
+    return this.inFlight;
+  }
+
+  private openChannel(model: amqp.ChannelModel): Promise<amqp.ConfirmChannel> {
+    if (this.opening) return this.opening;
+    this.opening = (async () => {
+      const ch = await model.createConfirmChannel();
+      ch.on('error', (err: Error) => this.logger.warn('publish channel error', { error: err.message }));
+      ch.on('return', (msg: amqp.Message) => this.onReturn(msg));
+      ch.on('close', () => {
+        if (this.channel === ch) this.channel = undefined;
+      });
+      this.channel = ch;
+      return ch;
+    })();
+    return this.opening.finally(() => {
+      this.opening = undefined;
+    });
+  }
+
+  private onReturn(msg: amqp.Message): void {
+    const key = keyOf(msg.properties.messageId as string | undefined, msg.fields.routingKey);
+    const list = this.pendingByKey.get(key);
+    const entry = list?.find((p) => p.returned === undefined);
+    if (entry) entry.returned = `${(msg.fields as { replyCode?: number }).replyCode ?? 312} ${(msg.fields as { replyText?: string }).replyText ?? 'NO_ROUTE'}`;
+  }
+
+  private async acquireChannel(): Promise<amqp.ConfirmChannel> {
+    if (this.channel) return this.channel;
+    const model = await this.connection.waitReady(this.connectTimeoutMs);
+    return this.channel ?? this.openChannel(model);
+  }
+
+  private async acquireSlot(): Promise<void> {
+    while (this.inFlight >= this.maxInFlight) {
+      await new Promise<void>((resolve) => this.slotWaiters.push(resolve));
+    }
+    this.inFlight += 1;
+  }
+
+  private releaseSlot(): void {
+    this.inFlight -= 1;
+    this.slotWaiters.shift()?.();
+  }
+
+  /**
+   * Publishes a JSON payload to the topology's exchange, stamped with a message id,
+   * the occurred-at time, JSON content type and persistent delivery.
+   */
+  async publish(routingKey: string, payload: unknown, options: PublishOptions = {}): Promise<PublishReceipt> {
+    if (typeof routingKey !== 'string' || routingKey.length === 0 || routingKey.length > 255) {
+      throw new InvalidOptionError('routingKey', `${JSON.stringify(routingKey)} is not a routing key of 1 to 255 characters`);
+    }
+    let content: Buffer;
+    try {
+      const json = JSON.stringify(payload);
+      if (json === undefined) throw new TypeError('payload is undefined or a function');
+      content = Buffer.from(json);
+    } catch (error) {
+      throw new InvalidOptionError('payload', `it cannot be encoded as JSON (${error instanceof Error ? error.message : String(error)})`);
+    }
+    const messageId = options.messageId ?? uuidv7();
+    const occurredAt = options.occurredAt ?? new Date();
+    const properties: amqp.Options.Publish = {
+      messageId,
+      contentType: 'application/json',
+      persistent: true,
+      timestamp: Math.floor(occurredAt.getTime() / 1000),
+      headers: { ...options.headers, [HEADER.occurredAt]: occurredAt.toISOString() },
+    };
+    if (options.correlationId !== undefined) properties.correlationId = options.correlationId;
+    if (options.type !== undefined) properties.type = options.type;
+    await this.send({ exchange: options.exchange ?? this.exchange, routingKey, content, properties });
+    return { messageId };
+  }
+
+  /**
+   * Publishes a prepared message with confirm and `mandatory`; resolves when confirmed.
+   * warren moves messages between queues with this.
+   */
+  async send(message: OutgoingMessage): Promise<void> {
+    if (this.closed) throw new ClosedError('The publisher');
+    await this.acquireSlot();
+    try {
+      const ch = await this.acquireChannel();
+      await this.sendOn(ch, message);
+    } finally {
+      this.releaseSlot();
+    }
+  }
+
+  private async sendOn(ch: amqp.ConfirmChannel, message: OutgoingMessage): Promise<void> {
+    const messageId = message.properties.messageId;
+    const key = keyOf(messageId, message.routingKey);
+    if (this.drained) await this.drained;
+    await new Promise<void>((resolve, reject) => {
+      const entry: Pending = {
+        key,
+        settle: (error?: Error) => {
+          const list = this.pendingByKey.get(key);
+          if (list) {
+            const i = list.indexOf(entry);
+            if (i >= 0) list.splice(i, 1);
+            if (list.length === 0) this.pendingByKey.delete(key);
+          }
+          if (error) reject(error);
+          else resolve();
+        },
+      };
+      const list = this.pendingByKey.get(key);
+      if (list) list.push(entry);
+      else this.pendingByKey.set(key, [entry]);
+      let writable: boolean;
+      try {
+        writable = ch.publish(message.exchange, message.routingKey, message.content, { ...message.properties, mandatory: true }, (err: unknown) => {
+          if (err) {
+            const closed = /closed/i.test(err instanceof Error ? err.message : String(err));
+            entry.settle(closed ? new PublishNotConfirmedError(messageId, 'the channel closed before the broker confirmed', { cause: err }) : new PublishNackedError(messageId, { cause: err }));
+          } else if (entry.returned !== undefined) {
+            entry.settle(new UnroutableError(message.exchange, message.routingKey, messageId, entry.returned));
+          } else {
+            entry.settle();
+          }
+        });
+      } catch (error) {
+        entry.settle(new PublishNotConfirmedError(messageId, `the channel refused the publish (${error instanceof Error ? error.message : String(error)})`, { cause: error }));
+        return;
+      }
+      if (!writable && !this.drained) {
+        // The socket buffer is full: hold further writes until it drains.
+        this.drained = new Promise<void>((r) => {
+          const done = () => {
+            ch.off('drain', done);
+            ch.off('close', done);
+            this.drained = undefined;
+            r();
+          };
+          ch.once('drain', done);
+          ch.once('close', done);
+        });
+      }
+    });
+  }
+
+  /** Waits for outstanding confirms, then closes the channel. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.unregister?.();
+    const ch = this.channel;
+    this.channel = undefined;
+    if (ch) {
+      await ch.waitForConfirms().catch(() => undefined);
+      await ch.close().catch(() => undefined);
+    }
+  }
+}
+
+function keyOf(messageId: string | undefined, routingKey: string): string {
+  return messageId ?? `\u0000${routingKey}`;
+}

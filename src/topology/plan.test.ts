@@ -1,0 +1,60 @@
+import { describe, expect, it } from 'vitest';
+import { defineTopology } from './declaration.js';
+import { diffArguments, topologySpec } from './plan.js';
+import { InvalidOptionError, UnknownConsumerError } from '../errors.js';
+
+describe('defineTopology', () => {
+  it('applies defaults and names the queues after the consumer', () => {
+    const t = defineTopology({ consumers: { billing: { bindings: ['order.created'] } } });
+    const c = t.consumer('billing');
+    expect(t.exchange).toBe('warren.events');
+    expect(c.retryQueues).toEqual(['billing.retry.5s', 'billing.retry.1m', 'billing.retry.10m']);
+    expect(c.parkedQueue).toBe('billing.parked');
+    expect(c.maxAttempts).toBe(6);
+    expect(Object.isFrozen(c)).toBe(true);
+  });
+  it('names the option that is wrong', () => {
+    expect(() => defineTopology({ consumers: {} })).toThrow(/`consumers`/);
+    expect(() => defineTopology({ consumers: { a: { bindings: [] } } })).toThrow(/`consumers\.a\.bindings`/);
+    expect(() => defineTopology({ consumers: { a: { bindings: ['x'], retry: { maxAttempts: 0 } } } })).toThrow(/`consumers\.a\.retry\.maxAttempts`.*from 1 to 100/);
+    expect(() => defineTopology({ consumers: { a: { bindings: ['x'], retry: { delays: ['5s', '5000'] as never } } } })).toThrow(InvalidOptionError);
+    expect(() => defineTopology({ consumers: { a: { bindings: ['x'], retry: { delays: [10, 10] } } } })).toThrow(/repeats a delay/);
+    expect(() => defineTopology({ exchange: 'amq.topic', consumers: { a: { bindings: ['x'] } } })).toThrow(/reserves/);
+    expect(() => defineTopology({ consumers: { a: { bindings: ['x'], queueType: 'stream' as never } } })).toThrow(/'classic' or 'quorum'/);
+    expect(() => defineTopology({ consumers: { a: { bindings: ['x'] }, b: { bindings: ['y'], queue: 'a' } } })).toThrow(/also used by consumer 'a'/);
+  });
+  it('lists the known consumers for an unknown name', () => {
+    const t = defineTopology({ consumers: { billing: { bindings: ['x'] }, email: { bindings: ['y'] } } });
+    expect(() => t.consumer('bill')).toThrow(UnknownConsumerError);
+    expect(() => t.consumer('bill')).toThrow(/billing, email/);
+  });
+});
+
+describe('topologySpec', () => {
+  it('gives each tier its own TTL and dead-letters back to this consumer only', () => {
+    const t = defineTopology({ consumers: { billing: { bindings: ['order.*'], retry: { delays: [10, 20] } } } });
+    const spec = topologySpec(t);
+    const byName = new Map(spec.queues.map((q) => [q.name, q]));
+    expect(byName.get('billing.retry.10ms')?.arguments).toEqual({ 'x-message-ttl': 10, 'x-dead-letter-exchange': '', 'x-dead-letter-routing-key': 'billing' });
+    expect(byName.get('billing.retry.20ms')?.arguments['x-message-ttl']).toBe(20);
+    expect(byName.get('billing')?.arguments['x-dead-letter-routing-key']).toBe('billing.parked');
+    expect(spec.bindings).toEqual([{ exchange: 'warren.events', queue: 'billing', pattern: 'order.*' }]);
+  });
+  it('makes quorum queues dead-letter at least once and bounds deliveries', () => {
+    const t = defineTopology({ queueType: 'quorum', crashLimit: 3, consumers: { a: { bindings: ['x'], retry: { delays: [10] } } } });
+    const [work, retry, parked] = topologySpec(t).queues;
+    expect(work?.arguments).toMatchObject({ 'x-queue-type': 'quorum', 'x-delivery-limit': 5, 'x-dead-letter-strategy': 'at-least-once', 'x-overflow': 'reject-publish' });
+    expect(retry?.arguments).toMatchObject({ 'x-queue-type': 'quorum', 'x-dead-letter-strategy': 'at-least-once' });
+    expect(parked?.arguments).toEqual({ 'x-queue-type': 'quorum' });
+  });
+});
+
+describe('diffArguments', () => {
+  it('names each differing argument with both values', () => {
+    expect(diffArguments({ 'x-message-ttl': 5000, 'x-dead-letter-exchange': '' }, { 'x-message-ttl': 100, 'x-dead-letter-exchange': '', 'x-max-length': 10 })).toEqual([
+      { argument: 'x-max-length', expected: undefined, actual: 10 },
+      { argument: 'x-message-ttl', expected: 5000, actual: 100 },
+    ]);
+    expect(diffArguments({}, { 'x-queue-type': 'classic' })).toEqual([]);
+  });
+});

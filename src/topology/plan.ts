@@ -1,0 +1,96 @@
+import type { ConsumerTopology, Topology } from './declaration.js';
+
+/** Queue arguments as sent to the broker. */
+export type QueueArguments = Readonly<Record<string, string | number>>;
+
+/** A queue the topology needs. */
+export interface QueueSpec {
+  readonly name: string;
+  readonly role: 'work' | 'retry' | 'parked';
+  readonly consumer: string;
+  readonly arguments: QueueArguments;
+}
+
+/** An exchange the topology needs. */
+export interface ExchangeSpec {
+  readonly name: string;
+  readonly type: 'topic';
+}
+
+/** A binding from the events exchange to a work queue. */
+export interface BindingSpec {
+  readonly exchange: string;
+  readonly queue: string;
+  readonly pattern: string;
+}
+
+/** Everything a topology declares, in declaration order. */
+export interface TopologySpec {
+  readonly exchanges: readonly ExchangeSpec[];
+  readonly queues: readonly QueueSpec[];
+  readonly bindings: readonly BindingSpec[];
+}
+
+/**
+ * Quorum queues dead-letter at-least-once only with `reject-publish` overflow;
+ * without it the broker's own dead-lettering may drop a message.
+ */
+function quorumArgs(): Record<string, string> {
+  return { 'x-queue-type': 'quorum', 'x-dead-letter-strategy': 'at-least-once', 'x-overflow': 'reject-publish' };
+}
+
+/** The queues of one consumer. Pure: the same declaration gives the same arguments. */
+export function consumerQueues(c: ConsumerTopology): QueueSpec[] {
+  const quorum = c.queueType === 'quorum';
+  // The work queue dead-letters to the parked queue, so anything the broker itself
+  // dead-letters (the quorum delivery limit of a crash loop) is kept, never dropped.
+  const work: Record<string, string | number> = {
+    'x-dead-letter-exchange': '',
+    'x-dead-letter-routing-key': c.parkedQueue,
+  };
+  if (quorum) Object.assign(work, quorumArgs(), { 'x-delivery-limit': c.crashLimit + 2 });
+  const specs: QueueSpec[] = [{ name: c.queue, role: 'work', consumer: c.name, arguments: work }];
+  c.delaysMs.forEach((ms, i) => {
+    // Each tier has its own TTL: expiry only happens at a queue's head, so one
+    // shared queue with per-message TTLs would hold a short delay behind a long one.
+    const args: Record<string, string | number> = {
+      'x-message-ttl': ms,
+      'x-dead-letter-exchange': '',
+      'x-dead-letter-routing-key': c.queue,
+    };
+    if (quorum) Object.assign(args, quorumArgs());
+    specs.push({ name: c.retryQueues[i] as string, role: 'retry', consumer: c.name, arguments: args });
+  });
+  specs.push({ name: c.parkedQueue, role: 'parked', consumer: c.name, arguments: quorum ? { 'x-queue-type': 'quorum' } : {} });
+  return specs;
+}
+
+/** The full specification of a topology: exchanges, queues and bindings. */
+export function topologySpec(topology: Topology): TopologySpec {
+  const queues: QueueSpec[] = [];
+  const bindings: BindingSpec[] = [];
+  for (const c of topology.consumers.values()) {
+    queues.push(...consumerQueues(c));
+    for (const pattern of c.bindings) bindings.push({ exchange: topology.exchange, queue: c.queue, pattern });
+  }
+  return { exchanges: [{ name: topology.exchange, type: 'topic' }], queues, bindings };
+}
+
+/**
+ * Compares wanted queue arguments with what the broker reports, argument by argument.
+ * Numbers and numeric strings compare by value (the management API reports numbers).
+ */
+export function diffArguments(wanted: QueueArguments, actual: Readonly<Record<string, unknown>>): Array<{ argument: string; expected: unknown; actual: unknown }> {
+  const keys = new Set([...Object.keys(wanted), ...Object.keys(actual)]);
+  const out: Array<{ argument: string; expected: unknown; actual: unknown }> = [];
+  for (const key of [...keys].sort()) {
+    const w = wanted[key];
+    const a = actual[key];
+    // A classic queue may report x-queue-type 'classic' where none was declared.
+    if (key === 'x-queue-type' && w === undefined && a === 'classic') continue;
+    if (w === undefined && a === undefined) continue;
+    if (w !== undefined && a !== undefined && String(w) === String(a)) continue;
+    out.push({ argument: key, expected: w, actual: a });
+  }
+  return out;
+}

@@ -1,0 +1,107 @@
+import { BrokerConnection, type ConnectionOptions } from './connection/index.js';
+import { Consumer } from './consume/consumer.js';
+import type { ConsumerOptions, Handler } from './consume/types.js';
+import { ClosedError } from './errors.js';
+import { silentLogger, type Logger } from './logger.js';
+import { ManagementClient, type ManagementOptions } from './management/client.js';
+import { Publisher, type PublishOptions, type PublisherOptions, type PublishReceipt } from './publish/publisher.js';
+import { declareTopology, planTopology, verifyTopology, type TopologyPlan } from './topology/apply.js';
+import type { Topology } from './topology/declaration.js';
+
+/** Options of {@link Warren.connect}. */
+export interface WarrenOptions extends ConnectionOptions {
+  /** The topology, from {@link defineTopology}. Declared on connect and after every reconnect. */
+  topology: Topology;
+  /** Publisher settings. */
+  publisher?: PublisherOptions;
+  /** Management API, for `plan()` and `verify()` with every argument compared. */
+  management?: ManagementOptions;
+  /**
+   * Declare the topology on connect and after each reconnect.
+   * @default true
+   */
+  declare?: boolean;
+}
+
+/**
+ * One connection, the topology, a publisher and any number of consumers.
+ *
+ * @example
+ * const warren = await Warren.connect({ url: 'amqp://localhost', topology });
+ * await warren.consume('billing', async (order: Order) => { await charge(order); });
+ * await warren.publish('order.created', { orderId: 42 });
+ * // on SIGTERM:
+ * await warren.close();
+ */
+export class Warren {
+  readonly connection: BrokerConnection;
+  readonly publisher: Publisher;
+  readonly topology: Topology;
+  readonly logger: Logger;
+  private readonly consumers: Array<Consumer<never, never>> = [];
+  private readonly managementOptions: ManagementOptions | undefined;
+  private closed = false;
+
+  private constructor(options: WarrenOptions) {
+    this.topology = options.topology;
+    this.logger = options.logger ?? silentLogger;
+    this.connection = new BrokerConnection(options);
+    this.publisher = new Publisher(this.connection, this.topology.exchange, { logger: this.logger, ...options.publisher });
+    this.managementOptions = options.management;
+  }
+
+  /** Connects (retrying until `connectTimeoutMs`), declares the topology and opens the publisher. */
+  static async connect(options: WarrenOptions): Promise<Warren> {
+    const warren = new Warren(options);
+    if (options.declare !== false) {
+      await warren.connection.onReady((model) => declareTopology(model, warren.topology));
+    }
+    try {
+      await warren.connection.open();
+      // The first declaration's failure (drift) is the caller's error, not a log line.
+      if (options.declare !== false) await declareTopology(await warren.connection.waitReady(1000), warren.topology);
+      await warren.publisher.start();
+    } catch (error) {
+      await warren.connection.close();
+      throw error;
+    }
+    return warren;
+  }
+
+  /** Publishes a JSON payload to the events exchange; resolves once confirmed. */
+  publish(routingKey: string, payload: unknown, options?: PublishOptions): Promise<PublishReceipt> {
+    return this.publisher.publish(routingKey, payload, options);
+  }
+
+  /** Starts consuming the work queue of a declared consumer. */
+  async consume<T = unknown, Tx = undefined>(name: string, handler: Handler<T, Tx>, options: ConsumerOptions<T, Tx> = {}): Promise<Consumer<T, Tx>> {
+    if (this.closed) throw new ClosedError('This Warren');
+    const consumer = new Consumer<T, Tx>(this.connection, this.publisher, this.topology, this.topology.consumer(name), handler, { logger: this.logger, ...options });
+    await consumer.start();
+    this.consumers.push(consumer as unknown as Consumer<never, never>);
+    return consumer;
+  }
+
+  private management(): ManagementClient | undefined {
+    return this.managementOptions ? new ManagementClient(this.managementOptions) : undefined;
+  }
+
+  /** What would be created and what differs; changes nothing. */
+  async plan(): Promise<TopologyPlan> {
+    return planTopology(await this.connection.waitReady(10_000), this.topology, this.management());
+  }
+
+  /** Like {@link plan}, but throws {@link TopologyDriftError} on any difference. */
+  async verify(): Promise<TopologyPlan> {
+    return verifyTopology(await this.connection.waitReady(10_000), this.topology, this.management());
+  }
+
+  /** Closes consumers (gracefully, see {@link Consumer.close}), then the publisher, then the connection. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await Promise.all(this.consumers.map((c) => c.close()));
+    await this.publisher.close();
+    await this.connection.close();
+  }
+}

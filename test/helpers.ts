@@ -1,0 +1,109 @@
+import { randomBytes } from 'node:crypto';
+import * as amqp from 'amqplib';
+import { afterEach } from 'vitest';
+import { defineTopology, topologySpec, Warren, type Topology, type TopologyOptions, type WarrenOptions } from '../src/index.js';
+
+/** The broker under test; scripts/test.sh runs the suite once per broker version. */
+export const AMQP_URL = process.env['WARREN_TEST_AMQP_URL'] ?? 'amqp://guest:guest@127.0.0.1:5672';
+export const MGMT_URL = process.env['WARREN_TEST_MGMT_URL'] ?? 'http://guest:guest@127.0.0.1:15672';
+export const BROKER = process.env['WARREN_TEST_BROKER'] ?? '3.10';
+export const PG_URL = process.env['WARREN_TEST_PG_URL'] ?? 'postgres://postgres@127.0.0.1:5432/test';
+
+/** A name no other test uses, so tests can run side by side on one broker. */
+export function uniqueName(label = 't'): string {
+  return `wt.${label}.${Date.now().toString(36)}${randomBytes(3).toString('hex')}`;
+}
+
+const cleanups: Array<() => Promise<void>> = [];
+
+/** Runs `fn` after the current test, pass or fail. */
+export function onTeardown(fn: () => Promise<void>): void {
+  cleanups.push(fn);
+}
+
+afterEach(async () => {
+  for (const fn of cleanups.splice(0).reverse()) {
+    await fn().catch(() => undefined);
+  }
+});
+
+/** A topology with unique exchange and consumer names, whose queues are deleted after the test. */
+export function testTopology(build: (names: { exchange: string; name: (c: string) => string }) => TopologyOptions): Topology {
+  const prefix = uniqueName();
+  const topology = defineTopology(build({ exchange: `${prefix}.events`, name: (c) => `${prefix}.${c}` }));
+  onTeardown(() => deleteTopology(topology));
+  return topology;
+}
+
+/** Deletes what a topology declared. Only tests do this; warren never deletes. */
+export async function deleteTopology(topology: Topology): Promise<void> {
+  const conn = await amqp.connect(AMQP_URL);
+  try {
+    const spec = topologySpec(topology);
+    for (const q of spec.queues) {
+      const ch = await conn.createChannel();
+      ch.on('error', () => undefined);
+      await ch.deleteQueue(q.name).catch(() => undefined);
+      await ch.close().catch(() => undefined);
+    }
+    const ch = await conn.createChannel();
+    ch.on('error', () => undefined);
+    await ch.deleteExchange(topology.exchange).catch(() => undefined);
+    await ch.close().catch(() => undefined);
+  } finally {
+    await conn.close();
+  }
+}
+
+/** A connected Warren that is closed after the test. */
+export async function connectWarren(topology: Topology, options: Partial<WarrenOptions> = {}): Promise<Warren> {
+  const warren = await Warren.connect({ url: AMQP_URL, topology, connectTimeoutMs: 5000, ...options });
+  onTeardown(() => warren.close());
+  return warren;
+}
+
+/** A raw amqplib connection for inspecting queues, closed after the test. */
+export async function rawConnection(): Promise<amqp.ChannelModel> {
+  const conn = await amqp.connect(AMQP_URL);
+  onTeardown(() => conn.close());
+  return conn;
+}
+
+/** Messages ready in a queue. */
+export async function depth(conn: amqp.ChannelModel, queue: string): Promise<number> {
+  const ch = await conn.createChannel();
+  try {
+    return (await ch.checkQueue(queue)).messageCount;
+  } finally {
+    await ch.close().catch(() => undefined);
+  }
+}
+
+/** Takes every message from a queue (acking them). */
+export async function drain(conn: amqp.ChannelModel, queue: string): Promise<amqp.GetMessage[]> {
+  const ch = await conn.createChannel();
+  const out: amqp.GetMessage[] = [];
+  try {
+    for (;;) {
+      const m = await ch.get(queue, { noAck: true });
+      if (m === false) return out;
+      out.push(m);
+    }
+  } finally {
+    await ch.close().catch(() => undefined);
+  }
+}
+
+/** Polls until `check` returns true, or fails after `timeoutMs` with `what`. */
+export async function waitFor(check: () => boolean | Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await check()) return;
+    await sleep(20);
+  }
+  throw new Error(`Timed out after ${timeoutMs} ms waiting for: ${what}`);
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
