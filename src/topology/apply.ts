@@ -58,7 +58,7 @@ async function probeChannel(model: amqp.ChannelModel): Promise<amqp.Channel> {
  */
 export async function declareTopology(model: amqp.ChannelModel, topology: Topology, only?: string): Promise<void> {
   const spec = topologySpec(topology);
-  let ch = await probeChannel(model);
+  const ch = await probeChannel(model);
   try {
     for (const ex of spec.exchanges) {
       try {
