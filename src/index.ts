@@ -16,3 +16,5 @@ export { readAttempts, countDeaths, type AttemptCount } from './retry/attempts.j
 export { decideRetry, parseDuration, formatDuration, retryQueueName, parkedQueueName, type Duration, type RetryDecision } from './retry/ladder.js';
 export { consoleLogger, silentLogger, type Logger } from './logger.js';
 export * from './errors.js';
+export * from './park/index.js';
+export * from './store/index.js';

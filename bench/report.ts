@@ -1,0 +1,34 @@
+/** One measured figure, optionally beside the baseline it is compared with. */
+export interface BenchRow {
+  /** Which benchmark, e.g. `consume (success path)`. */
+  readonly group: string;
+  /** What was measured, e.g. `messages/s`. */
+  readonly metric: string;
+  readonly warren: number;
+  /** The same figure for the baseline (bare amqplib, no guard, …), when there is one. */
+  readonly baseline?: number;
+  /** What the baseline is, e.g. `bare amqplib`. */
+  readonly baselineName?: string;
+  /** A goal for the ratio warren/baseline, printed beside it. */
+  readonly goal?: string;
+}
+
+const fmt = (n: number): string => (Math.abs(n) >= 100 ? Math.round(n).toLocaleString('en-US') : n.toFixed(2));
+
+/** Prints rows as an aligned table: figure, baseline, ratio, goal. */
+export function printRows(rows: readonly BenchRow[]): void {
+  const lines = rows.map((r) => [
+    r.group,
+    r.metric,
+    fmt(r.warren),
+    r.baseline === undefined ? '' : `${fmt(r.baseline)} (${r.baselineName ?? 'baseline'})`,
+    r.baseline === undefined || r.baseline === 0 ? '' : (r.warren / r.baseline).toFixed(2),
+    r.goal ?? '',
+  ]);
+  const head = ['benchmark', 'metric', 'warren', 'baseline', 'ratio', 'goal'];
+  const widths = head.map((h, i) => Math.max(h.length, ...lines.map((l) => (l[i] ?? '').length)));
+  const row = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i] ?? 0)).join('  ');
+  console.log(row(head));
+  console.log(widths.map((w) => '-'.repeat(w)).join('  '));
+  for (const l of lines) console.log(row(l));
+}

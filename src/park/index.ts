@@ -1,0 +1,2 @@
+// Parked-queue operations: reading, grouping and replaying parked messages.
+export {};

@@ -1,0 +1,2 @@
+// The store interface shared by the SQLite and PostgreSQL backends.
+export {};
