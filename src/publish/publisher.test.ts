@@ -1,0 +1,51 @@
+import { describe, expect, it } from 'vitest';
+import { HEADER, InvalidOptionError, UnroutableError } from '../index.js';
+import { connectWarren, drain, rawConnection, testTopology } from '../../test/helpers.js';
+
+describe('publisher', () => {
+  it('stamps id, occurred-at, JSON content type and persistence, and keeps a given id', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('p')]: { bindings: ['order.#'] } } }));
+    const c = [...topology.consumers.values()][0]!;
+    const warren = await connectWarren(topology);
+    const occurredAt = new Date('2026-05-01T10:00:00Z');
+    const a = await warren.publish('order.created', { n: 1 }, { occurredAt, correlationId: 'corr-1', headers: { tenant: '42' } });
+    const b = await warren.publish('order.created', { n: 2 }, { messageId: 'given-id' });
+    const [ma, mb] = await drain(await rawConnection(), c.queue);
+    expect(ma?.properties).toMatchObject({ messageId: a.messageId, contentType: 'application/json', deliveryMode: 2, correlationId: 'corr-1', timestamp: occurredAt.getTime() / 1000 });
+    expect(ma?.properties.headers).toMatchObject({ [HEADER.occurredAt]: occurredAt.toISOString(), tenant: '42' });
+    expect(mb?.properties.messageId).toBe(b.messageId);
+    expect(b.messageId).toBe('given-id');
+    expect(a.messageId < (await warren.publish('order.x', {})).messageId).toBe(true);
+  });
+
+  it('rejects an unroutable publish with the key and exchange, and keeps working', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('p')]: { bindings: ['order.created'] } } }));
+    const warren = await connectWarren(topology);
+    const error = await warren.publish('order.unknown', {}).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(UnroutableError);
+    expect((error as UnroutableError).routingKey).toBe('order.unknown');
+    expect((error as Error).message).toMatch(/no queue is bound/);
+    await expect(warren.publish('order.created', {})).resolves.toHaveProperty('messageId');
+  });
+
+  it('tells routed from returned among many concurrent publishes', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('p')]: { bindings: ['good'] } } }));
+    const c = [...topology.consumers.values()][0]!;
+    const warren = await connectWarren(topology);
+    const results = await Promise.allSettled(Array.from({ length: 200 }, (_, i) => warren.publish(i % 3 === 0 ? 'bad' : 'good', { i })));
+    const rejected = results.filter((r) => r.status === 'rejected');
+    expect(rejected).toHaveLength(67);
+    for (const r of rejected) expect((r as PromiseRejectedResult).reason).toBeInstanceOf(UnroutableError);
+    expect(await drain(await rawConnection(), c.queue)).toHaveLength(133);
+  });
+
+  it('refuses what cannot be sent, naming the problem', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('p')]: { bindings: ['x'] } } }));
+    const warren = await connectWarren(topology);
+    await expect(warren.publish('', {})).rejects.toThrow(/`routingKey`/);
+    await expect(warren.publish('x', undefined)).rejects.toThrow(InvalidOptionError);
+    const cyclic: Record<string, unknown> = {};
+    cyclic['self'] = cyclic;
+    await expect(warren.publish('x', cyclic)).rejects.toThrow(/`payload`.*JSON/);
+  });
+});
