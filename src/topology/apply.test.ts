@@ -46,7 +46,7 @@ describe('declaring and verifying', () => {
     const ch = await conn.createChannel();
     await ch.deleteQueue(`${name}.retry.100ms`);
     await ch.assertQueue(`${name}.retry.100ms`, { durable: true, arguments: { 'x-message-ttl': 999 } });
-    await ch.sendToQueue(`${name}.retry.100ms`, Buffer.from('keep me'));
+    ch.sendToQueue(`${name}.retry.100ms`, Buffer.from('keep me'));
     await ch.close();
 
     const error = await declareTopology(conn, after).catch((e: unknown) => e);
