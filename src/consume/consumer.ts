@@ -280,7 +280,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     const previous = Number(headers[HEADER.redeliveries] ?? 0);
     const redeliveries = (Number.isInteger(previous) && previous >= 0 ? previous : 0) + 1;
     if (redeliveries >= limit) throw new ParkNow('crash-loop', new CrashLoopError(this.name, redeliveries + 1));
-    const moved = await this.move(d, this.declaration.queue, { ...headers, [HEADER.redeliveries]: redeliveries });
+    const moved = await this.move(d, this.declaration.queue, { ...headers, ...this.origin(d, headers), [HEADER.redeliveries]: redeliveries });
     if (moved) this.count({ kind: 'redelivery-moved', messageId: d.msg.properties.messageId as string | undefined, redeliveries });
     return true;
   }
