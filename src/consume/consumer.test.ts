@@ -264,3 +264,24 @@ describe('bad input', () => {
     await expect(warren.consume('nope', () => undefined)).rejects.toThrow(/Unknown consumer 'nope'/);
   });
 });
+
+describe('quorum queues', () => {
+  it('climbs the ladder and parks at the cap, dead-lettering at least once', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, queueType: 'quorum', consumers: { [name('q')]: { bindings: ['x'], retry: { delays: [20, 40], maxAttempts: 3 } } } }));
+    const c = [...topology.consumers.values()][0]!;
+    const warren = await connectWarren(topology);
+    const runs: Array<{ id: string; attempt: number }> = [];
+    const consumer = await warren.consume(c.name, (p: { ok: boolean }, ctx) => {
+      runs.push({ id: ctx.messageId!, attempt: ctx.attempt });
+      if (!p.ok || ctx.attempt < 2) throw new Error('no');
+    });
+    const good = await warren.publish('x', { ok: true });
+    const bad = await warren.publish('x', { ok: false });
+    await waitFor(() => consumer.stats.parked === 1 && consumer.stats.acked === 1, 'one parked, one acked');
+    expect(runs.filter((r) => r.id === good.messageId).map((r) => r.attempt)).toEqual([1, 2]);
+    expect(runs.filter((r) => r.id === bad.messageId).map((r) => r.attempt)).toEqual([1, 2, 3]);
+    const [parked] = await drain(await rawConnection(), c.parkedQueue);
+    expect(parked?.properties.messageId).toBe(bad.messageId);
+    expect(parked?.properties.headers?.[HEADER.attempts]).toBe(3);
+  });
+});
