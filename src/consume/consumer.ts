@@ -329,6 +329,8 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
         : Promise.resolve().then(async () => {
             await this.handler(payload, context(undefined as Tx));
           });
+      // After a timeout the handler may still settle; its late rejection is not news.
+      work.catch(() => undefined);
       await Promise.race([work, timeout]);
     } finally {
       clearTimeout(timer);
