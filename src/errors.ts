@@ -202,3 +202,35 @@ export class StoreUnavailableError extends WarrenError {
 export function isWarrenError(error: unknown): error is WarrenError {
   return error instanceof WarrenError;
 }
+
+/**
+ * A store failure that is not an outage: a schema that is not migrated, a transaction
+ * the handler ended or aborted itself, a transaction opened inside another. Carries the
+ * backend so a log line says which database.
+ */
+export class StoreError extends WarrenError {
+  /** `'sqlite'` or `'postgres'`. */
+  readonly backend: string;
+  constructor(backend: string, message: string, options?: { cause?: unknown }) {
+    super('STORE', message, options);
+    this.backend = backend;
+  }
+}
+
+/** The database's schema is not the one this version of warren needs. */
+export class StoreSchemaError extends StoreError {
+  /** Latest migration applied to the database (0 when none). */
+  readonly applied: number;
+  /** Latest migration this version of warren knows. */
+  readonly expected: number;
+  constructor(backend: string, applied: number, expected: number, table: string) {
+    super(
+      backend,
+      applied > expected
+        ? `The ${backend} schema is at migration ${applied} (table ${table}), newer than this version of warren knows (${expected}). Upgrade warren in this process, or point it at another table prefix.`
+        : `The ${backend} schema is at migration ${applied} (table ${table}); this version of warren needs ${expected}. Run \`await store.migrate()\` (or create the store with \`migrate: true\`, the default).`,
+    );
+    this.applied = applied;
+    this.expected = expected;
+  }
+}

@@ -1,2 +1,204 @@
-// The store interface shared by the SQLite and PostgreSQL backends.
-export {};
+/**
+ * The store interface shared by the SQLite and PostgreSQL backends. Nothing here loads a
+ * database driver: the backends live in their own entry points (`warren/sqlite`,
+ * `warren/postgres`) and load `better-sqlite3` or `pg` only when used.
+ */
+import type { IdempotencyGuard } from '../consume/types.js';
+import type { Logger } from '../logger.js';
+import type { PublishOptions } from '../publish/publisher.js';
+import type { OutboxRelay, OutboxRelayOptions } from './outbox-relay.js';
+
+export { OutboxRelay, type OutboxRelayOptions, type OutboxPublisher, type RelayPass, type RelayStats } from './outbox-relay.js';
+export { outboxRecord, outgoingMessage, type OutboxRecord, type OutboxRow } from './outbox-message.js';
+
+/** Which database a store keeps its tables in. */
+export type StoreBackend = 'sqlite' | 'postgres';
+
+/** Options every store takes, whatever its backend. */
+export interface StoreOptions {
+  /**
+   * Prefix of warren's table names: `<prefix>processed` (idempotency markers),
+   * `<prefix>outbox` and `<prefix>migrations`. Letters, digits and `_`, starting with a
+   * letter or `_`, at most 40 characters.
+   * @default 'warren_'
+   */
+  tablePrefix?: string;
+  /**
+   * Apply pending migrations the first time the store is used. When false, the first use
+   * checks the schema instead and throws {@link StoreSchemaError} if it is behind: run
+   * `store.migrate()` yourself, e.g. in a deploy step.
+   * @default true
+   */
+  migrate?: boolean;
+  /**
+   * How long idempotency markers and sent outbox rows are kept. Keep it longer than the
+   * longest time a message can spend in retries and in the parked queue before a replay,
+   * or a late redelivery runs its handler again.
+   * @default 604800000 (7 days)
+   */
+  retentionMs?: number;
+  /**
+   * How often the store prunes old markers and sent outbox rows in the background,
+   * from the first use on; 0 turns the schedule off (call `store.prune()` yourself).
+   * @default 3600000 (1 hour)
+   */
+  pruneIntervalMs?: number;
+  /**
+   * Rows deleted per statement when pruning; each batch is its own short transaction.
+   * @default 500
+   */
+  pruneBatchSize?: number;
+  /** @default a logger that drops everything */
+  logger?: Logger;
+}
+
+/** warren's tables in this store, as quoted, qualified SQL identifiers. */
+export interface StoreTables {
+  /** Idempotency markers: `(message_id, consumer)` unique, with `processed_at`. */
+  readonly processed: string;
+  /** Outbox rows waiting for (or done with) the relay. */
+  readonly outbox: string;
+  /** Applied schema versions. */
+  readonly migrations: string;
+}
+
+/** What {@link Store.migrate} did. */
+export interface MigrationReport {
+  /** Versions applied by this call, oldest first; empty when the schema was current. */
+  readonly applied: readonly number[];
+  /** The schema version after the call. */
+  readonly version: number;
+}
+
+/** Counters of one idempotency guard. */
+export interface GuardStats {
+  /** Handlers that ran and committed with their marker. */
+  done: number;
+  /** Deliveries whose marker existed: the handler did not run. */
+  duplicate: number;
+  /** Handlers that threw: their writes and marker were rolled back. */
+  failed: number;
+  /** Runs refused because the database could not be reached. */
+  unavailable: number;
+}
+
+/** The guard a store gives to `warren.consume(name, handler, { idempotency })`. */
+export interface StoreGuard<Tx> extends IdempotencyGuard<Tx> {
+  /** Running totals; duplicates are also counted in `consumer.stats.duplicate`. */
+  readonly stats: Readonly<GuardStats>;
+}
+
+/** Options of {@link Outbox.add}: the same as `Publisher.publish`'s. */
+export type OutboxAddOptions = PublishOptions;
+
+/** What {@link Outbox.add} returns. */
+export interface OutboxReceipt {
+  /** The message id the row will be published with. */
+  readonly messageId: string;
+  /** The row's id (insertion order), as a string because it is a 64-bit integer. */
+  readonly id: string;
+}
+
+/** How far the relay is behind. */
+export interface OutboxLag {
+  /** Rows waiting to be published (not sent, not flagged). */
+  readonly pending: number;
+  /** Age of the oldest pending row in milliseconds; 0 when none is pending. */
+  readonly oldestPendingAgeMs: number;
+  /** Rows flagged as unpublishable (unroutable); they wait for a person. */
+  readonly failed: number;
+}
+
+/** An outbox row the relay flagged instead of retrying forever. */
+export interface OutboxFailure {
+  readonly id: string;
+  readonly messageId: string;
+  /** `null`: the relay's exchange. */
+  readonly exchange: string | null;
+  readonly routingKey: string;
+  /** Why, e.g. the broker's `312 NO_ROUTE` with the exchange and key. */
+  readonly error: string;
+  readonly failedAt: Date;
+  readonly attempts: number;
+}
+
+/**
+ * The transactional outbox: publish from inside your own transaction. The row commits or
+ * rolls back with your writes; a relay publishes committed rows with confirms.
+ */
+export interface Outbox<Tx> {
+  /**
+   * Adds a message to the outbox inside `tx`, stamped like `Publisher.publish` stamps it
+   * (message id, `warren-occurred-at`, JSON, persistent, timestamp).
+   *
+   * @example
+   * await store.transaction(async (tx) => {
+   *   await tx.query('UPDATE orders SET state = $1 WHERE id = $2', ['paid', id]);
+   *   await store.outbox.add(tx, 'order.paid', { orderId: id });
+   * });
+   */
+  add(tx: Tx, routingKey: string, payload: unknown, options?: OutboxAddOptions): Promise<OutboxReceipt>;
+  /** Pending rows and the age of the oldest. */
+  lag(): Promise<OutboxLag>;
+  /** Rows flagged as unpublishable, oldest first. */
+  failed(limit?: number): Promise<OutboxFailure[]>;
+  /**
+   * Clears the flag of failed rows (all, or those ids) so the relay tries them again,
+   * e.g. after the missing binding was added. Returns how many were released.
+   */
+  release(ids?: readonly string[]): Promise<number>;
+}
+
+/** Options of {@link Store.prune}. */
+export interface PruneOptions {
+  /** @default the store's `retentionMs` */
+  olderThanMs?: number;
+  /** @default the store's `pruneBatchSize` */
+  batchSize?: number;
+}
+
+/** What one prune removed. */
+export interface PruneResult {
+  /** Idempotency markers deleted. */
+  readonly markers: number;
+  /** Sent outbox rows deleted. */
+  readonly outbox: number;
+  /** DELETE statements run (each a short transaction of at most `batchSize` rows). */
+  readonly batches: number;
+}
+
+/**
+ * A store: the idempotency guard, the outbox and its relay, pruning and migrations, over
+ * one database. `Tx` is the backend's own transaction handle: a `pg` client inside
+ * BEGIN, or the better-sqlite3 `Database` inside BEGIN IMMEDIATE.
+ */
+export interface Store<Tx> {
+  readonly backend: StoreBackend;
+  readonly tables: StoreTables;
+  /**
+   * Applies pending schema migrations; idempotent, and safe when several processes start
+   * at once (a PostgreSQL advisory lock, a SQLite write lock).
+   */
+  migrate(): Promise<MigrationReport>;
+  /**
+   * The guard for `warren.consume(name, handler, { idempotency: store.idempotency() })`:
+   * each delivery runs in a transaction that inserts its `(message_id, consumer)` marker
+   * first; the handler gets the transaction as `context.tx`.
+   */
+  idempotency(): StoreGuard<Tx>;
+  /**
+   * Runs `work` in a transaction and commits it, or rolls back and rethrows. Throws
+   * {@link StoreUnavailableError} when the database cannot be reached.
+   */
+  transaction<R>(work: (tx: Tx) => Promise<R> | R): Promise<R>;
+  readonly outbox: Outbox<Tx>;
+  /** A relay that publishes this store's outbox; call `start()` on it. */
+  relay(options: OutboxRelayOptions): OutboxRelay;
+  /**
+   * Deletes markers and sent outbox rows older than the retention, in batches. The
+   * store also does this on a schedule (`pruneIntervalMs`).
+   */
+  prune(options?: PruneOptions): Promise<PruneResult>;
+  /** Stops the pruning schedule and this store's relays, then closes what the store opened. */
+  close(): Promise<void>;
+}

@@ -1,0 +1,323 @@
+import { EventEmitter } from 'node:events';
+import { randomBytes } from 'node:crypto';
+import { InvalidOptionError, WarrenError } from '../errors.js';
+import { backoffDelay } from '../connection/index.js';
+import { silentLogger, type Logger } from '../logger.js';
+import type { OutgoingMessage } from '../publish/publisher.js';
+import type { OutboxLag, StoreBackend } from './index.js';
+import { outgoingMessage, type OutboxRow } from './outbox-message.js';
+import { checkInt } from './options.js';
+
+/** What the relay needs from a publisher: `Publisher.send` (confirmed, `mandatory`). */
+export interface OutboxPublisher {
+  send(message: OutgoingMessage): Promise<void>;
+}
+
+/** Options of a relay, from `store.relay(options)`. */
+export interface OutboxRelayOptions {
+  /**
+   * Publishes with confirms and `mandatory`: pass `warren.publisher`.
+   * @example store.relay({ publisher: warren.publisher, exchange: warren.topology.exchange })
+   */
+  publisher: OutboxPublisher;
+  /** Exchange for rows added without one: the topology's, `warren.topology.exchange`. */
+  exchange: string;
+  /**
+   * Rows claimed and published per pass (sent pipelined on one confirm channel).
+   * @default 100
+   */
+  batchSize?: number;
+  /**
+   * Longest wait between passes when nothing wakes the relay. On PostgreSQL, LISTEN/NOTIFY
+   * wakes it at once and the poll only covers a lost notification; on SQLite a commit in
+   * this process wakes it and the poll finds rows committed by other processes.
+   * @default 1000 on PostgreSQL, 100 on SQLite
+   */
+  pollMs?: number;
+  /**
+   * Only one relay publishes at a time (a PostgreSQL advisory lock, a SQLite lease), so
+   * rows go out in insertion order even with several relays running. When false, relays
+   * publish disjoint batches side by side (`FOR UPDATE SKIP LOCKED`), faster but with
+   * batches of different relays interleaved.
+   * @default true
+   */
+  strictOrder?: boolean;
+  /**
+   * Wait after a failed pass (broker down, database down): doubling from the first to
+   * the longest, with jitter.
+   * @default { initialDelayMs: 100, maxDelayMs: 5000 }
+   */
+  retry?: { initialDelayMs?: number; maxDelayMs?: number };
+  /**
+   * SQLite only: how long claimed rows stay reserved for a relay. If the relay dies
+   * between publishing and marking, another relay publishes them again after this (a
+   * duplicate, never a loss). Keep it well above the publisher's `connectTimeoutMs`.
+   * On PostgreSQL the claim is a row lock that ends with the relay's connection.
+   * @default 30000
+   */
+  leaseMs?: number;
+  /** @default a logger that drops everything */
+  logger?: Logger;
+}
+
+/** The outcome of publishing one row. */
+export type RowOutcome =
+  | { readonly id: string; readonly status: 'sent' }
+  /** Will never go out as it is (unroutable, undecodable): flagged with the reason. */
+  | { readonly id: string; readonly status: 'flagged'; readonly error: string }
+  /** Failed this time (broker down, nack, no confirm): stays pending. */
+  | { readonly id: string; readonly status: 'failed'; readonly error: string };
+
+/** How rows are claimed; see {@link OutboxRelayOptions}. */
+export interface ClaimOptions {
+  readonly limit: number;
+  readonly strictOrder: boolean;
+  readonly relayId: string;
+  readonly leaseMs: number;
+}
+
+/**
+ * What a backend gives the relay. `relayBatch` claims up to `limit` pending rows in id
+ * order, hands them to `publish`, and records the outcomes; it returns `'busy'` when
+ * another relay holds the order lock.
+ */
+export interface RelayDriver {
+  readonly backend: StoreBackend;
+  readonly defaultPollMs: number;
+  relayBatch(claim: ClaimOptions, publish: (rows: readonly OutboxRow[]) => Promise<RowOutcome[]>): Promise<readonly RowOutcome[] | 'busy'>;
+  lag(): Promise<OutboxLag>;
+  /** Calls `wake` when rows may have been committed; returns the unsubscribe. */
+  subscribe(wake: () => void, logger: Logger): Promise<() => Promise<void>>;
+}
+
+/** What one pass did. */
+export interface RelayPass {
+  /** Rows claimed. */
+  readonly claimed: number;
+  /** Rows confirmed by the broker and marked sent. */
+  readonly published: number;
+  /** Rows flagged (unroutable); they wait for a person. */
+  readonly flagged: number;
+  /** Rows whose publish failed this time; they stay pending. */
+  readonly failed: number;
+  /** True when another relay held the order lock and this pass did nothing. */
+  readonly busy: boolean;
+}
+
+/** Running totals of a relay. */
+export interface RelayStats {
+  published: number;
+  flagged: number;
+  failed: number;
+  passes: number;
+}
+
+/**
+ * Publishes committed outbox rows with confirms and `mandatory`, oldest first, and marks
+ * them sent. Wakes on NOTIFY (PostgreSQL) or a commit in this process (SQLite), polls
+ * otherwise, and backs off while the broker or the database is down. A relay killed
+ * between publish and mark publishes those rows again later: a duplicate, never a loss
+ * (consumers' idempotency guards absorb it). An unroutable row is flagged with the
+ * broker's reason (see `store.outbox.failed()`), logged, and skipped.
+ *
+ * Events: `pass` ({@link RelayPass}) after each pass that claimed rows, `flagged`
+ * (`{ id, messageId, error }`). No `error` event: failures are logged and retried.
+ *
+ * @example
+ * const relay = store.relay({ publisher: warren.publisher, exchange: warren.topology.exchange });
+ * await relay.start();
+ * // on shutdown: stop the relay before closing warren
+ * await relay.stop();
+ */
+export class OutboxRelay extends EventEmitter {
+  readonly stats: RelayStats = { published: 0, flagged: 0, failed: 0, passes: 0 };
+  private readonly publisher: OutboxPublisher;
+  private readonly exchange: string;
+  private readonly claim: ClaimOptions;
+  private readonly pollMs: number;
+  private readonly initialDelayMs: number;
+  private readonly maxDelayMs: number;
+  private readonly logger: Logger;
+  private running = false;
+  private loopDone: Promise<void> | undefined;
+  private unsubscribe: (() => Promise<void>) | undefined;
+  private passing: Promise<RelayPass> = Promise.resolve({ claimed: 0, published: 0, flagged: 0, failed: 0, busy: false });
+  private woken = false;
+  private interrupt: (() => void) | undefined;
+
+  constructor(
+    private readonly driver: RelayDriver,
+    options: OutboxRelayOptions,
+    private readonly onStop?: (relay: OutboxRelay) => void,
+  ) {
+    super();
+    if (typeof options?.publisher?.send !== 'function') throw new InvalidOptionError('publisher', 'expected a publisher with `send(message)`, such as `warren.publisher`');
+    if (typeof options.exchange !== 'string') throw new InvalidOptionError('exchange', 'expected the exchange to publish to, such as `warren.topology.exchange`');
+    this.publisher = options.publisher;
+    this.exchange = options.exchange;
+    if (options.strictOrder !== undefined && typeof options.strictOrder !== 'boolean') throw new InvalidOptionError('strictOrder', 'expected true or false');
+    this.claim = Object.freeze({
+      limit: checkInt(options.batchSize, 100, 'batchSize', 1, 10_000),
+      strictOrder: options.strictOrder ?? true,
+      relayId: `${process.pid}.${randomBytes(4).toString('hex')}`,
+      leaseMs: checkInt(options.leaseMs, 30_000, 'leaseMs', 1, 24 * 3600 * 1000),
+    });
+    this.pollMs = checkInt(options.pollMs, driver.defaultPollMs, 'pollMs', 1, 3_600_000);
+    this.initialDelayMs = checkInt(options.retry?.initialDelayMs, 100, 'retry.initialDelayMs', 1, 3_600_000);
+    this.maxDelayMs = checkInt(options.retry?.maxDelayMs, 5000, 'retry.maxDelayMs', this.initialDelayMs, 3_600_000);
+    this.logger = options.logger ?? silentLogger;
+  }
+
+  /** True between `start()` and `stop()`. */
+  get started(): boolean {
+    return this.running;
+  }
+
+  /** Pending rows and the age of the oldest: the relay's lag. */
+  lag(): Promise<OutboxLag> {
+    return this.driver.lag();
+  }
+
+  /** Subscribes to wake-ups and starts publishing in the background. */
+  async start(): Promise<void> {
+    if (this.running) return;
+    this.running = true;
+    this.unsubscribe = await this.driver.subscribe(() => this.wake(), this.logger);
+    this.loopDone = this.loop();
+  }
+
+  /** Finishes the pass in progress, then stops. Rows left are published by the next relay. */
+  async stop(): Promise<void> {
+    if (!this.running) return;
+    this.running = false;
+    this.interrupt?.();
+    await this.loopDone;
+    await this.unsubscribe?.().catch(() => undefined);
+    this.unsubscribe = undefined;
+    this.onStop?.(this);
+  }
+
+  /** Publishes one batch now (after any pass in progress). Throws when the database is down. */
+  runOnce(): Promise<RelayPass> {
+    const next = this.passing.catch(() => undefined).then(() => this.pass());
+    this.passing = next;
+    return next;
+  }
+
+  private wake(): void {
+    this.woken = true;
+    this.interrupt?.();
+  }
+
+  /** Waits `ms`, or less when interrupted by stop() (and by wake() when `wakeable`). */
+  private pause(ms: number, wakeable: boolean): Promise<void> {
+    if (!this.running) return Promise.resolve();
+    if (wakeable && this.woken) {
+      this.woken = false;
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.interrupt = undefined;
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.interrupt = () => {
+        if (!this.running || (wakeable && this.woken)) {
+          this.woken = false;
+          done();
+        }
+      };
+    });
+  }
+
+  private async loop(): Promise<void> {
+    let failures = 0;
+    while (this.running) {
+      this.woken = false;
+      let pass: RelayPass;
+      try {
+        pass = await this.runOnce();
+      } catch (error) {
+        failures++;
+        const delay = backoffDelay(failures, this.initialDelayMs, this.maxDelayMs);
+        this.logger.warn('outbox relay pass failed; trying again', { backend: this.driver.backend, attempt: failures, delayMs: delay, error: error instanceof Error ? error.message : String(error) });
+        await this.pause(delay, false);
+        continue;
+      }
+      if (pass.failed > 0) {
+        failures++;
+        await this.pause(backoffDelay(failures, this.initialDelayMs, this.maxDelayMs), false);
+        continue;
+      }
+      failures = 0;
+      if (pass.busy) await this.pause(this.pollMs, true);
+      else if (pass.claimed < this.claim.limit) await this.pause(this.pollMs, true);
+    }
+  }
+
+  private async pass(): Promise<RelayPass> {
+    const outcomes = await this.driver.relayBatch(this.claim, (rows) => this.publish(rows));
+    if (outcomes === 'busy') return { claimed: 0, published: 0, flagged: 0, failed: 0, busy: true };
+    let published = 0;
+    let flagged = 0;
+    let failed = 0;
+    for (const o of outcomes) {
+      if (o.status === 'sent') published++;
+      else if (o.status === 'flagged') flagged++;
+      else failed++;
+    }
+    this.stats.published += published;
+    this.stats.flagged += flagged;
+    this.stats.failed += failed;
+    this.stats.passes++;
+    const pass: RelayPass = { claimed: outcomes.length, published, flagged, failed, busy: false };
+    if (outcomes.length > 0) this.emit('pass', pass);
+    return pass;
+  }
+
+  private async publish(rows: readonly OutboxRow[]): Promise<RowOutcome[]> {
+    // All sends are written in order on one confirm channel, then confirmed together.
+    const settled = await Promise.allSettled(
+      rows.map(async (row) => {
+        let message: OutgoingMessage;
+        try {
+          message = outgoingMessage(row, this.exchange);
+        } catch (error) {
+          throw new Undecodable(error);
+        }
+        await this.publisher.send(message);
+      }),
+    );
+    const outcomes: RowOutcome[] = [];
+    let firstFailure: string | undefined;
+    settled.forEach((result, i) => {
+      const row = rows[i] as OutboxRow;
+      if (result.status === 'fulfilled') {
+        outcomes.push({ id: row.id, status: 'sent' });
+        return;
+      }
+      const error: unknown = result.reason;
+      const message = error instanceof Error ? error.message : String(error);
+      if (error instanceof Undecodable || (error instanceof WarrenError && error.code === 'UNROUTABLE')) {
+        outcomes.push({ id: row.id, status: 'flagged', error: message });
+        this.logger.error('outbox row flagged: it cannot be published as it is; fix it, then `store.outbox.release()`', { id: row.id, messageId: row.messageId, routingKey: row.routingKey, error: message });
+        this.emit('flagged', { id: row.id, messageId: row.messageId, error: message });
+        return;
+      }
+      firstFailure ??= message;
+      outcomes.push({ id: row.id, status: 'failed', error: message });
+    });
+    if (firstFailure !== undefined) {
+      this.logger.warn('outbox rows not published; they stay pending and are tried again', { failed: outcomes.filter((o) => o.status === 'failed').length, error: firstFailure });
+    }
+    return outcomes;
+  }
+}
+
+class Undecodable extends Error {
+  constructor(cause: unknown) {
+    super(`the row cannot be decoded (${cause instanceof Error ? cause.message : String(cause)})`);
+  }
+}

@@ -1,0 +1,35 @@
+import { StoreUnavailableError } from '../../errors.js';
+import type { GuardStats, StoreGuard } from '../index.js';
+import { Rollback } from '../transaction.js';
+import type { PgClient } from './driver.js';
+import type { PostgresInternals } from './index.js';
+
+/**
+ * The idempotency guard over PostgreSQL: BEGIN, `INSERT … ON CONFLICT DO NOTHING` of the
+ * `(message_id, consumer)` marker, the handler with the same client, COMMIT. A second
+ * delivery of the same message waits on the first one's uncommitted marker, then finds
+ * it (duplicate: skipped) or, if the first rolled back, inserts it and runs.
+ */
+export class PostgresIdempotencyGuard<C extends PgClient> implements StoreGuard<C> {
+  readonly stats: GuardStats = { done: 0, duplicate: 0, failed: 0, unavailable: 0 };
+
+  constructor(private readonly store: PostgresInternals<C>) {}
+
+  async run(messageId: string, consumer: string, work: (tx: C) => Promise<void>): Promise<'done' | 'duplicate'> {
+    const insert = `INSERT INTO ${this.store.tables.processed} (message_id, consumer) VALUES ($1, $2) ON CONFLICT DO NOTHING`;
+    try {
+      const outcome = await this.store.transaction(async (client) => {
+        const r = await this.store.query(client, insert, [messageId, consumer], 'insert the idempotency marker');
+        if (r.rowCount === 0) throw new Rollback('duplicate' as const);
+        await work(client);
+        return 'done' as const;
+      }, 'run an idempotent handler');
+      this.stats[outcome]++;
+      return outcome;
+    } catch (error) {
+      if (error instanceof StoreUnavailableError) this.stats.unavailable++;
+      else this.stats.failed++;
+      throw error;
+    }
+  }
+}

@@ -1,0 +1,316 @@
+/**
+ * The PostgreSQL store, through node-postgres. Import it from `warren/postgres`; it loads
+ * `pg` only when it creates its own pool (pass yours as `pool` to share it).
+ */
+import { createHash } from 'node:crypto';
+import { ClosedError, InvalidOptionError, StoreError, StoreSchemaError, StoreUnavailableError } from '../../errors.js';
+import type { MigrationReport, PruneOptions, PruneResult, Store, StoreOptions, StoreTables } from '../index.js';
+import { OutboxRelay, type OutboxRelayOptions } from '../outbox-relay.js';
+import { checkIdentifier, checkInt, resolveStoreOptions, type ResolvedStoreOptions } from '../options.js';
+import { pruneAll, PruneSchedule } from '../prune.js';
+import { Rollback } from '../transaction.js';
+import { createPool, type PgClient, type PgPool, type PgQueryResult } from './driver.js';
+import { isUnavailable, mapError } from './errors.js';
+import { PostgresIdempotencyGuard } from './idempotency.js';
+import { applyMigrations, LATEST, schemaVersion } from './migrations.js';
+import { PostgresOutbox, PostgresRelayDriver } from './outbox.js';
+import { PostgresPruneDriver } from './prune.js';
+
+export type { PgClient, PgPool, PgQueryResult, PgNotification } from './driver.js';
+export { PostgresIdempotencyGuard } from './idempotency.js';
+export { PostgresOutbox } from './outbox.js';
+
+/** Options of {@link postgresStore}. */
+export interface PostgresStoreOptions<C extends PgClient = PgClient> extends StoreOptions {
+  /**
+   * A node-postgres `Pool` to share with your app: handlers then get its `PoolClient`.
+   * The store never ends a pool you pass; give it an `error` listener, as pg asks.
+   */
+  pool?: PgPool<C>;
+  /**
+   * Connection string of a pool the store creates (and ends on `close()`).
+   * @default process.env.DATABASE_URL
+   */
+  connectionString?: string;
+  /**
+   * Size of a pool the store creates. A running relay keeps one connection for LISTEN.
+   * @default 10
+   */
+  poolSize?: number;
+  /**
+   * How long to wait for a connection of a pool the store creates before reporting the
+   * database unavailable.
+   * @default 5000
+   */
+  connectTimeoutMs?: number;
+  /**
+   * Schema of warren's tables, created if missing.
+   * @default the connection's search_path (usually `public`)
+   */
+  schema?: string;
+  /**
+   * NOTIFY relays when an outbox row is added, so they publish at once instead of at
+   * their next poll. Costs a notification per insert at commit.
+   * @default true
+   */
+  notify?: boolean;
+}
+
+/** State of one checked-out connection. */
+export interface ClientState {
+  /** Set when the connection failed while we held it: it must not go back to the pool. */
+  broken: Error | undefined;
+}
+
+/** The store's own internals that its guard, outbox and pruner use. */
+export interface PostgresInternals<C extends PgClient> {
+  readonly tables: StoreTables;
+  /** NOTIFY channel of the outbox; undefined when `notify` is off. */
+  readonly channel: string | undefined;
+  /** The channel name, whether or not inserts notify (relays always LISTEN). */
+  readonly listenChannel: string;
+  readonly isReady: boolean;
+  ready(): Promise<PgPool<C>>;
+  /** A pooled connection for `fn`, released afterwards (destroyed if it broke). */
+  withClient<R>(fn: (client: C, state: ClientState) => Promise<R>, doing: string): Promise<R>;
+  /** A connection of its own (the caller releases it), e.g. for LISTEN. */
+  connect(doing: string): Promise<C>;
+  /** BEGIN, `body`, COMMIT on one connection; rolls back on a throw. */
+  transaction<R>(body: (client: C) => Promise<R>, doing: string): Promise<R>;
+  /** A query whose outage errors become {@link StoreUnavailableError}. */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- as PgClient.query
+  query<R = any>(client: PgClient, sql: string, values: unknown[] | undefined, doing: string): Promise<PgQueryResult<R>>;
+  readonly options: ResolvedStoreOptions;
+}
+
+/**
+ * The PostgreSQL store: idempotency markers and the outbox in your database.
+ *
+ * @example
+ * import { postgresStore } from 'warren/postgres';
+ * const store = postgresStore({ connectionString: process.env.DATABASE_URL });
+ * await warren.consume('billing', async (order: Order, { tx }) => {
+ *   await tx.query('INSERT INTO charges (order_id) VALUES ($1)', [order.id]);
+ * }, { idempotency: store.idempotency() });
+ */
+export class PostgresStore<C extends PgClient = PgClient> implements Store<C>, PostgresInternals<C> {
+  readonly backend = 'postgres' as const;
+  readonly tables: StoreTables;
+  readonly outbox: PostgresOutbox<C>;
+  readonly channel: string | undefined;
+  readonly listenChannel: string;
+  readonly options: ResolvedStoreOptions;
+  private readonly schema: string | undefined;
+  private readonly givenPool: PgPool<C> | undefined;
+  private readonly connectionString: string | undefined;
+  private readonly poolSize: number;
+  private readonly connectTimeoutMs: number;
+  private pool: Promise<PgPool<C>> | undefined;
+  private readying: Promise<PgPool<C>> | undefined;
+  private readyDone = false;
+  private readonly relays = new Set<OutboxRelay>();
+  private readonly pruner: PruneSchedule;
+  private closed = false;
+
+  constructor(options: PostgresStoreOptions<C> = {}) {
+    this.options = resolveStoreOptions(options);
+    if (options.pool !== undefined && options.connectionString !== undefined) throw new InvalidOptionError('connectionString', 'give `connectionString` or `pool`, not both');
+    if (options.pool !== undefined && typeof options.pool?.connect !== 'function') throw new InvalidOptionError('pool', 'expected a node-postgres Pool (an object with `connect()`)');
+    if (options.notify !== undefined && typeof options.notify !== 'boolean') throw new InvalidOptionError('notify', 'expected true or false');
+    this.givenPool = options.pool;
+    this.connectionString = options.connectionString ?? process.env['DATABASE_URL'];
+    if (this.givenPool === undefined && !this.connectionString) {
+      throw new InvalidOptionError('connectionString', 'give `connectionString` or `pool` (or set DATABASE_URL)', "Example: postgresStore({ connectionString: 'postgres://user@localhost/app' })");
+    }
+    this.poolSize = checkInt(options.poolSize, 10, 'poolSize', 1, 1000);
+    this.connectTimeoutMs = checkInt(options.connectTimeoutMs, 5000, 'connectTimeoutMs', 1, 600_000);
+    this.schema = options.schema === undefined ? undefined : checkIdentifier(options.schema, 'schema');
+    const p = this.options.tablePrefix;
+    const q = (name: string) => (this.schema === undefined ? `"${p}${name}"` : `"${this.schema}"."${p}${name}"`);
+    this.tables = Object.freeze({ processed: q('processed'), outbox: q('outbox'), migrations: q('migrations') });
+    // A channel is an identifier (at most 63 bytes); long names are hashed to fit.
+    const channel = `${this.schema === undefined ? '' : `${this.schema}.`}${p}outbox`;
+    this.listenChannel = channel.length <= 63 ? channel : `warren_outbox_${createHash('sha256').update(channel).digest('hex').slice(0, 32)}`;
+    this.channel = options.notify === false ? undefined : this.listenChannel;
+    this.outbox = new PostgresOutbox<C>(this);
+    this.pruner = new PruneSchedule(() => this.prune(), this.options.pruneIntervalMs, this.options.logger, 'postgres');
+  }
+
+  get isReady(): boolean {
+    return this.readyDone;
+  }
+
+  private connectPool(): Promise<PgPool<C>> {
+    if (this.givenPool) return Promise.resolve(this.givenPool);
+    this.pool ??= createPool({
+      connectionString: this.connectionString as string,
+      max: this.poolSize,
+      connectTimeoutMs: this.connectTimeoutMs,
+      onError: (error) => this.options.logger.warn('an idle PostgreSQL connection failed; the pool replaces it', { error: error.message }),
+    }).then(
+      (pool) => pool as unknown as PgPool<C>,
+      (error: unknown) => {
+        this.pool = undefined;
+        throw error;
+      },
+    );
+    return this.pool;
+  }
+
+  /** Applies (or checks) migrations once; a failure is retried on the next call. */
+  ready(): Promise<PgPool<C>> {
+    if (this.closed) return Promise.reject(new ClosedError('The PostgreSQL store'));
+    this.readying ??= (async () => {
+      const pool = await this.connectPool();
+      if (this.options.migrate) {
+        await this.migrateWith();
+      } else {
+        const version = await this.withClient((c) => schemaVersion(c, this.tables), 'read the schema version', pool);
+        if (version !== LATEST) throw new StoreSchemaError('postgres', version, LATEST, this.tables.migrations);
+      }
+      this.readyDone = true;
+      this.pruner.start();
+      return pool;
+    })().catch((error: unknown) => {
+      this.readying = undefined;
+      throw error;
+    });
+    return this.readying;
+  }
+
+  async migrate(): Promise<MigrationReport> {
+    if (this.closed) throw new ClosedError('The PostgreSQL store');
+    return this.migrateWith();
+  }
+
+  private async migrateWith(): Promise<MigrationReport> {
+    const pool = await this.connectPool();
+    return this.withClient(
+      async (c) => {
+        try {
+          return await applyMigrations(c, this.tables, this.options.tablePrefix, this.schema);
+        } catch (error) {
+          throw mapError(error, 'apply migrations');
+        }
+      },
+      'apply migrations',
+      pool,
+    );
+  }
+
+  async withClient<R>(fn: (client: C, state: ClientState) => Promise<R>, doing: string, pool?: PgPool<C>): Promise<R> {
+    const p = pool ?? (await this.ready());
+    let client: C;
+    try {
+      client = await p.connect();
+    } catch (error) {
+      if (this.closed) throw new ClosedError('The PostgreSQL store');
+      throw isUnavailable(error) ? mapError(error, `connect to ${doing}`) : error;
+    }
+    const state: ClientState = { broken: undefined };
+    const onError = (error: Error) => {
+      state.broken ??= error;
+    };
+    // A checked-out client with no error listener would crash the process when its connection drops.
+    client.on('error', onError);
+    try {
+      return await fn(client, state);
+    } catch (error) {
+      if (isUnavailable(error)) state.broken ??= error instanceof Error ? error : new Error(String(error));
+      throw error;
+    } finally {
+      client.removeListener('error', onError);
+      client.release(state.broken);
+    }
+  }
+
+  async connect(doing: string): Promise<C> {
+    const pool = await this.ready();
+    try {
+      return await pool.connect();
+    } catch (error) {
+      throw mapError(error, `connect to ${doing}`);
+    }
+  }
+
+  async query<R>(client: PgClient, sql: string, values: unknown[] | undefined, doing: string): Promise<PgQueryResult<R>> {
+    try {
+      return await client.query<R>(sql, values);
+    } catch (error) {
+      throw mapError(error, doing);
+    }
+  }
+
+  transaction<R>(body: (client: C) => Promise<R> | R, doing = 'run a transaction'): Promise<R> {
+    return this.withClient(async (client, state) => {
+      await this.query(client, 'BEGIN', undefined, doing);
+      let result: R;
+      try {
+        result = await body(client);
+      } catch (error) {
+        let rollbackError: unknown;
+        await client.query('ROLLBACK').catch((e: unknown) => (rollbackError = e));
+        // The handler's own query failed because the connection did: an outage, not a handler failure.
+        if (state.broken !== undefined || (rollbackError !== undefined && isUnavailable(rollbackError))) {
+          const broken = (state.broken ??= toError(rollbackError));
+          if (error instanceof StoreUnavailableError) throw error;
+          throw new StoreUnavailableError(`PostgreSQL's connection failed during ${doing} (${broken.message}); the transaction was rolled back`, { cause: error });
+        }
+        // A connection whose ROLLBACK failed is in an unknown state: do not pool it again.
+        if (rollbackError !== undefined) state.broken = toError(rollbackError);
+        if (error instanceof Rollback) return error.value as R;
+        throw error;
+      }
+      const commit = await this.query(client, 'COMMIT', undefined, `commit (${doing})`);
+      if (commit.command === 'ROLLBACK') {
+        throw new StoreError(
+          'postgres',
+          'The transaction had failed: a statement inside it raised an error that was caught, so PostgreSQL rolled everything back at COMMIT (writes and idempotency marker). Let the error propagate, or use a SAVEPOINT around the statement that may fail.',
+        );
+      }
+      return result;
+    }, doing);
+  }
+
+  idempotency(): PostgresIdempotencyGuard<C> {
+    return new PostgresIdempotencyGuard<C>(this);
+  }
+
+  relay(options: OutboxRelayOptions): OutboxRelay {
+    if (this.closed) throw new ClosedError('The PostgreSQL store');
+    const relay = new OutboxRelay(new PostgresRelayDriver<C>(this), options, (r) => this.relays.delete(r));
+    this.relays.add(relay);
+    return relay;
+  }
+
+  prune(options: PruneOptions = {}): Promise<PruneResult> {
+    return pruneAll(new PostgresPruneDriver<C>(this), this.options, options);
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    await this.pruner.stop();
+    await Promise.all([...this.relays].map((r) => r.stop()));
+    this.closed = true;
+    if (this.givenPool === undefined && this.pool) {
+      const pool = await this.pool.catch(() => undefined);
+      await pool?.end();
+    }
+  }
+}
+
+/**
+ * Creates a PostgreSQL store. Nothing connects until first use.
+ *
+ * @example
+ * const store = postgresStore({ connectionString: process.env.DATABASE_URL, tablePrefix: 'warren_' });
+ * // or share your app's pool, so handlers get pg's PoolClient type:
+ * const store = postgresStore<PoolClient>({ pool });
+ */
+export function postgresStore<C extends PgClient = PgClient>(options: PostgresStoreOptions<C> = {}): PostgresStore<C> {
+  return new PostgresStore<C>(options);
+}
+
+function toError(value: unknown): Error {
+  return value instanceof Error ? value : new Error(String(value));
+}

@@ -1,0 +1,186 @@
+import { backoffDelay } from '../../connection/index.js';
+import type { Logger } from '../../logger.js';
+import type { Outbox, OutboxAddOptions, OutboxFailure, OutboxLag, OutboxReceipt } from '../index.js';
+import { outboxRecord, type OutboxRow } from '../outbox-message.js';
+import type { ClaimOptions, RelayDriver, RowOutcome } from '../outbox-relay.js';
+import type { PgClient, PgNotification } from './driver.js';
+import type { PostgresInternals } from './index.js';
+
+/**
+ * The PostgreSQL outbox. `add` inserts on the client you pass, inside your transaction,
+ * and (unless `notify: false`) queues a NOTIFY that PostgreSQL delivers at commit.
+ */
+export class PostgresOutbox<C extends PgClient> implements Outbox<C> {
+  constructor(private readonly store: PostgresInternals<C>) {}
+
+  async add(tx: C, routingKey: string, payload: unknown, options?: OutboxAddOptions): Promise<OutboxReceipt> {
+    if (!this.store.isReady) await this.store.ready();
+    const r = outboxRecord(routingKey, payload, options);
+    const t = this.store.tables.outbox;
+    const insert = `INSERT INTO ${t} (message_id, exchange, routing_key, content, properties) VALUES ($1, $2, $3, $4, $5::jsonb) RETURNING id::text AS id`;
+    const values: unknown[] = [r.messageId, r.exchange, r.routingKey, r.content, r.properties];
+    // One round trip: the insert and its notification in one statement.
+    const sql = this.store.channel === undefined ? insert : `WITH ins AS (${insert}) SELECT ins.id, pg_notify($6, '') FROM ins`;
+    if (this.store.channel !== undefined) values.push(this.store.channel);
+    const { rows } = await tx.query<{ id: string }>(sql, values);
+    return { messageId: r.messageId, id: String(rows[0]?.id) };
+  }
+
+  lag(): Promise<OutboxLag> {
+    const t = this.store.tables.outbox;
+    const sql = `SELECT count(*) FILTER (WHERE failed_at IS NULL)::float8 AS pending,
+        coalesce(extract(epoch FROM clock_timestamp() - min(created_at) FILTER (WHERE failed_at IS NULL)) * 1000, 0)::float8 AS age,
+        count(*) FILTER (WHERE failed_at IS NOT NULL)::float8 AS failed
+      FROM ${t} WHERE sent_at IS NULL`;
+    return this.store.withClient(async (c) => {
+      const row = (await this.store.query<{ pending: number; age: number; failed: number }>(c, sql, [], 'read the outbox lag')).rows[0];
+      return { pending: Number(row?.pending ?? 0), oldestPendingAgeMs: Math.max(0, Math.round(Number(row?.age ?? 0))), failed: Number(row?.failed ?? 0) };
+    }, 'read the outbox lag');
+  }
+
+  failed(limit = 100): Promise<OutboxFailure[]> {
+    const t = this.store.tables.outbox;
+    return this.store.withClient(async (c) => {
+      const { rows } = await this.store.query<{ id: string; message_id: string; exchange: string | null; routing_key: string; last_error: string | null; failed_at: Date; attempts: number }>(
+        c,
+        `SELECT id::text AS id, message_id, exchange, routing_key, last_error, failed_at, attempts FROM ${t} WHERE failed_at IS NOT NULL AND sent_at IS NULL ORDER BY id LIMIT $1`,
+        [limit],
+        'list flagged outbox rows',
+      );
+      return rows.map((r) => ({ id: r.id, messageId: r.message_id, exchange: r.exchange, routingKey: r.routing_key, error: r.last_error ?? '', failedAt: new Date(r.failed_at), attempts: Number(r.attempts) }));
+    }, 'list flagged outbox rows');
+  }
+
+  release(ids?: readonly string[]): Promise<number> {
+    const t = this.store.tables.outbox;
+    const notify = this.store.channel === undefined ? '' : `, n AS (SELECT pg_notify('${this.store.channel.replace(/'/g, "''")}', '') WHERE EXISTS (SELECT 1 FROM up))`;
+    const where = ids === undefined ? '' : ' AND id = ANY($1::bigint[])';
+    const sql = `WITH up AS (UPDATE ${t} SET failed_at = NULL WHERE failed_at IS NOT NULL AND sent_at IS NULL${where} RETURNING id)${notify} SELECT count(*)::float8 AS n FROM up`;
+    return this.store.withClient(async (c) => Number((await this.store.query<{ n: number }>(c, sql, ids === undefined ? [] : [ids], 'release flagged outbox rows')).rows[0]?.n ?? 0), 'release flagged outbox rows');
+  }
+}
+
+interface RowRecord {
+  id: string;
+  message_id: string;
+  exchange: string | null;
+  routing_key: string;
+  content: string;
+  properties: string;
+  attempts: number;
+}
+
+/**
+ * The relay's view of PostgreSQL. One transaction per batch: claim rows with
+ * `FOR UPDATE SKIP LOCKED` (with `strictOrder`, first a transaction-scoped advisory lock
+ * so one relay at a time publishes), publish them, mark them, COMMIT. A relay that dies
+ * before COMMIT loses its locks with its connection, and the rows go out again.
+ */
+export class PostgresRelayDriver<C extends PgClient> implements RelayDriver {
+  readonly backend = 'postgres' as const;
+  readonly defaultPollMs = 1000;
+
+  constructor(private readonly store: PostgresInternals<C>) {}
+
+  relayBatch(claim: ClaimOptions, publish: (rows: readonly OutboxRow[]) => Promise<RowOutcome[]>): Promise<readonly RowOutcome[] | 'busy'> {
+    const t = this.store.tables.outbox;
+    return this.store.transaction(async (client) => {
+      const q = <R>(sql: string, values: unknown[]) => this.store.query<R>(client, sql, values, 'relay outbox rows');
+      if (claim.strictOrder) {
+        const { rows } = await q<{ ok: boolean }>('SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0)) AS ok', [`warren.relay:${t}`]);
+        if (!rows[0]?.ok) return 'busy' as const;
+      }
+      const { rows } = await q<RowRecord>(
+        `SELECT id::text AS id, message_id, exchange, routing_key, content, properties::text AS properties, attempts FROM ${t}
+         WHERE sent_at IS NULL AND failed_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`,
+        [claim.limit],
+      );
+      if (rows.length === 0) return [];
+      const outcomes = await publish(
+        rows.map((r): OutboxRow => ({ id: r.id, messageId: r.message_id, exchange: r.exchange, routingKey: r.routing_key, content: r.content, properties: r.properties, attempts: Number(r.attempts) })),
+      );
+      const sent = outcomes.filter((o) => o.status === 'sent').map((o) => o.id);
+      if (sent.length > 0) await q(`UPDATE ${t} SET sent_at = clock_timestamp() WHERE id = ANY($1::bigint[])`, [sent]);
+      for (const status of ['flagged', 'failed'] as const) {
+        const rest = outcomes.filter((o): o is Extract<RowOutcome, { status: typeof status }> => o.status === status);
+        if (rest.length === 0) continue;
+        await q(
+          `UPDATE ${t} AS o SET attempts = o.attempts + 1, last_error = u.error${status === 'flagged' ? ', failed_at = clock_timestamp()' : ''}
+           FROM unnest($1::bigint[], $2::text[]) AS u(id, error) WHERE o.id = u.id`,
+          [rest.map((o) => o.id), rest.map((o) => o.error.slice(0, 2000))],
+        );
+      }
+      return outcomes;
+    }, 'relay outbox rows');
+  }
+
+  lag(): Promise<OutboxLag> {
+    return new PostgresOutbox<C>(this.store).lag();
+  }
+
+  /**
+   * LISTENs on a connection of its own, reconnecting with backoff when it drops; wakes
+   * the relay after each (re)connect to catch up on what it missed.
+   */
+  async subscribe(wake: () => void, logger: Logger): Promise<() => Promise<void>> {
+    const channel = this.store.listenChannel;
+    let current: ((error?: Error) => void) | undefined;
+    let stopped = false;
+    let timer: NodeJS.Timeout | undefined;
+    let attempt = 0;
+    const onNotification = (message: PgNotification) => {
+      if (message.channel === channel) wake();
+    };
+    const schedule = () => {
+      if (stopped || timer) return;
+      attempt++;
+      timer = setTimeout(() => {
+        timer = undefined;
+        void connect();
+      }, backoffDelay(attempt, 100, 5000));
+      timer.unref();
+    };
+    const connect = async (): Promise<void> => {
+      if (stopped) return;
+      let release: ((error?: Error) => void) | undefined;
+      try {
+        const client = await this.store.connect('listen for outbox rows');
+        let released = false;
+        const onError = (error: Error) => {
+          logger.warn('outbox relay lost its LISTEN connection; reconnecting (polling meanwhile)', { error: error.message });
+          release?.(error);
+          schedule();
+        };
+        release = (error?: Error) => {
+          if (released) return;
+          released = true;
+          client.removeListener('notification', onNotification);
+          client.removeListener('error', onError);
+          if (current === release) current = undefined;
+          // A LISTENing connection never goes back to the pool.
+          client.release(error ?? true);
+        };
+        client.on('error', onError);
+        client.on('notification', onNotification);
+        current = release;
+        await client.query(`LISTEN "${channel.replace(/"/g, '""')}"`);
+        if (stopped) {
+          release();
+          return;
+        }
+        attempt = 0;
+        wake();
+      } catch (error) {
+        logger.warn('outbox relay could not LISTEN; polling, and trying again', { error: error instanceof Error ? error.message : String(error) });
+        release?.(error instanceof Error ? error : new Error(String(error)));
+        schedule();
+      }
+    };
+    await connect();
+    return async () => {
+      stopped = true;
+      if (timer) clearTimeout(timer);
+      current?.();
+    };
+  }
+}

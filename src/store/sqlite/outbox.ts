@@ -1,0 +1,155 @@
+import { StoreSchemaError } from '../../errors.js';
+import type { Logger } from '../../logger.js';
+import type { Outbox, OutboxAddOptions, OutboxFailure, OutboxLag, OutboxReceipt } from '../index.js';
+import { outboxRecord, type OutboxRow } from '../outbox-message.js';
+import type { ClaimOptions, RelayDriver, RowOutcome } from '../outbox-relay.js';
+import type { SqliteDatabase } from './driver.js';
+import type { SqliteInternals } from './index.js';
+import { LATEST } from './migrations.js';
+
+interface RowRecord {
+  id: number | bigint;
+  message_id: string;
+  exchange: string | null;
+  routing_key: string;
+  content: string;
+  properties: string;
+  attempts: number;
+}
+
+/**
+ * The SQLite outbox. `add` and `addSync` insert a row on the handle you pass, inside
+ * whatever transaction is open on it; the row is published once that commits.
+ */
+export class SqliteOutbox<DB extends SqliteDatabase> implements Outbox<DB> {
+  constructor(private readonly store: SqliteInternals<DB>) {}
+
+  async add(tx: DB, routingKey: string, payload: unknown, options?: OutboxAddOptions): Promise<OutboxReceipt> {
+    if (!this.store.isReady) await this.store.ready();
+    return this.addSync(tx, routingKey, payload, options);
+  }
+
+  /**
+   * `add` for synchronous code, e.g. inside better-sqlite3's own `db.transaction(fn)`.
+   * The store must have been used (or migrated) before, so the table exists.
+   *
+   * @example
+   * db.transaction(() => {
+   *   db.prepare('UPDATE orders SET state = ? WHERE id = ?').run('paid', id);
+   *   store.outbox.addSync(db, 'order.paid', { orderId: id });
+   * })();
+   */
+  addSync(tx: DB, routingKey: string, payload: unknown, options?: OutboxAddOptions): OutboxReceipt {
+    if (!this.store.isReady) throw new StoreSchemaError('sqlite', 0, LATEST, this.store.tables.migrations);
+    const r = outboxRecord(routingKey, payload, options);
+    const { lastInsertRowid } = this.store
+      .statement(tx, `INSERT INTO ${this.store.tables.outbox} (message_id, exchange, routing_key, content, properties, created_at) VALUES (?, ?, ?, ?, ?, ?)`)
+      .run(r.messageId, r.exchange, r.routingKey, r.content, r.properties, Date.now());
+    this.store.outboxAdded(tx.inTransaction);
+    return { messageId: r.messageId, id: String(lastInsertRowid) };
+  }
+
+  lag(): Promise<OutboxLag> {
+    const t = this.store.tables.outbox;
+    return this.store.read((db) => {
+      const p = this.store.statement(db, `SELECT count(*) AS n, min(created_at) AS oldest FROM ${t} WHERE sent_at IS NULL AND failed_at IS NULL`).get() as { n: number; oldest: number | null };
+      const f = this.store.statement(db, `SELECT count(*) AS n FROM ${t} WHERE failed_at IS NOT NULL AND sent_at IS NULL`).get() as { n: number };
+      return { pending: Number(p.n), oldestPendingAgeMs: p.oldest === null ? 0 : Math.max(0, Date.now() - Number(p.oldest)), failed: Number(f.n) };
+    }, 'read the outbox lag');
+  }
+
+  failed(limit = 100): Promise<OutboxFailure[]> {
+    const t = this.store.tables.outbox;
+    return this.store.read(
+      (db) =>
+        (
+          this.store
+            .statement(db, `SELECT id, message_id, exchange, routing_key, last_error, failed_at, attempts FROM ${t} WHERE failed_at IS NOT NULL AND sent_at IS NULL ORDER BY id LIMIT ?`)
+            .all(limit) as Array<{ id: number | bigint; message_id: string; exchange: string | null; routing_key: string; last_error: string | null; failed_at: number; attempts: number }>
+        ).map((r) => ({
+          id: String(r.id),
+          messageId: r.message_id,
+          exchange: r.exchange,
+          routingKey: r.routing_key,
+          error: r.last_error ?? '',
+          failedAt: new Date(Number(r.failed_at)),
+          attempts: Number(r.attempts),
+        })),
+      'list flagged outbox rows',
+    );
+  }
+
+  release(ids?: readonly string[]): Promise<number> {
+    const t = this.store.tables.outbox;
+    return this.store.write((db) => {
+      const changes =
+        ids === undefined
+          ? db.prepare(`UPDATE ${t} SET failed_at = NULL WHERE failed_at IS NOT NULL AND sent_at IS NULL`).run().changes
+          : db.prepare(`UPDATE ${t} SET failed_at = NULL WHERE failed_at IS NOT NULL AND sent_at IS NULL AND id IN (SELECT value FROM json_each(?))`).run(JSON.stringify(ids.map(Number))).changes;
+      if (Number(changes) > 0) this.store.outboxAdded(true);
+      return Number(changes);
+    }, 'release flagged outbox rows');
+  }
+}
+
+/**
+ * The relay's view of SQLite. Rows are claimed with a lease in one short write
+ * transaction, published outside it (so handlers' transactions are not held up by the
+ * broker), and marked in a second one. A relay that dies in between leaves its lease to
+ * expire; the rows then go out again: a duplicate, never a loss.
+ */
+export class SqliteRelayDriver<DB extends SqliteDatabase> implements RelayDriver {
+  readonly backend = 'sqlite' as const;
+  readonly defaultPollMs = 100;
+
+  constructor(private readonly store: SqliteInternals<DB>) {}
+
+  async relayBatch(claim: ClaimOptions, publish: (rows: readonly OutboxRow[]) => Promise<RowOutcome[]>): Promise<readonly RowOutcome[] | 'busy'> {
+    const t = this.store.tables.outbox;
+    const rows = await this.store.write((db) => {
+      const now = Date.now();
+      if (claim.strictOrder) {
+        const other = this.store.statement(db, `SELECT 1 FROM ${t} WHERE sent_at IS NULL AND failed_at IS NULL AND lease_until > ? AND lease_owner <> ? LIMIT 1`).get(now, claim.relayId);
+        if (other !== undefined) return 'busy' as const;
+      }
+      const found = this.store
+        .statement(db, `SELECT id, message_id, exchange, routing_key, content, properties, attempts FROM ${t} WHERE sent_at IS NULL AND failed_at IS NULL AND (lease_until IS NULL OR lease_until <= ? OR lease_owner = ?) ORDER BY id LIMIT ?`)
+        .all(now, claim.relayId, claim.limit) as RowRecord[];
+      if (found.length > 0) {
+        this.store
+          .statement(db, `UPDATE ${t} SET lease_owner = ?, lease_until = ? WHERE id IN (SELECT value FROM json_each(?))`)
+          .run(claim.relayId, now + claim.leaseMs, JSON.stringify(found.map((r) => Number(r.id))));
+      }
+      return found.map(
+        (r): OutboxRow => ({ id: String(r.id), messageId: r.message_id, exchange: r.exchange, routingKey: r.routing_key, content: r.content, properties: r.properties, attempts: Number(r.attempts) }),
+      );
+    }, 'claim outbox rows');
+    if (rows === 'busy') return 'busy';
+    if (rows.length === 0) return [];
+    const outcomes = await publish(rows);
+    await this.store.write((db) => {
+      const now = Date.now();
+      const sent = this.store.statement(db, `UPDATE ${t} SET sent_at = ?, lease_owner = NULL, lease_until = NULL WHERE id = ?`);
+      const flagged = this.store.statement(db, `UPDATE ${t} SET failed_at = ?, last_error = ?, attempts = attempts + 1, lease_owner = NULL, lease_until = NULL WHERE id = ?`);
+      const failed = this.store.statement(db, `UPDATE ${t} SET last_error = ?, attempts = attempts + 1, lease_owner = NULL, lease_until = NULL WHERE id = ?`);
+      for (const o of outcomes) {
+        const id = Number(o.id);
+        if (o.status === 'sent') sent.run(now, id);
+        else if (o.status === 'flagged') flagged.run(now, o.error.slice(0, 2000), id);
+        else failed.run(o.error.slice(0, 2000), id);
+      }
+    }, 'mark outbox rows');
+    return outcomes;
+  }
+
+  lag(): Promise<OutboxLag> {
+    return new SqliteOutbox<DB>(this.store).lag();
+  }
+
+  async subscribe(wake: () => void, _logger: Logger): Promise<() => Promise<void>> {
+    this.store.events.on('outbox', wake);
+    return async () => {
+      this.store.events.off('outbox', wake);
+    };
+  }
+}
