@@ -1,0 +1,271 @@
+/**
+ * The store contract, run over every backend against a real database: migrations, the
+ * idempotency guard, the outbox table and pruning. Tests with a broker are in
+ * consumer.test.ts and relay.test.ts.
+ */
+import { describe, expect, it } from 'vitest';
+import { StoreSchemaError, StoreUnavailableError } from '../errors.js';
+import { BACKENDS, harness } from './testing/harness.js';
+import { bumpEffect, createEffects, exec, readEffects } from './testing/spec.js';
+import { sleep } from './options.js';
+
+describe.each(BACKENDS)('store contract: %s', (backend) => {
+  describe('migrations', () => {
+    it('applies the schema once; running again changes nothing', async () => {
+      const h = await harness(backend);
+      const store = h.store();
+      expect(await store.migrate()).toEqual({ applied: [1], version: 1 });
+      expect(await store.migrate()).toEqual({ applied: [], version: 1 });
+      expect(await h.store().migrate()).toEqual({ applied: [], version: 1 });
+    });
+
+    it('is safe when two stores migrate at the same moment: one applies, the other finds it done', async () => {
+      const h = await harness(backend);
+      const reports = await Promise.all([h.store().migrate(), h.store().migrate(), h.store().migrate()]);
+      expect(reports.flatMap((r) => r.applied)).toEqual([1]);
+      expect(reports.every((r) => r.version === 1)).toBe(true);
+    });
+
+    it('names its tables with the prefix', async () => {
+      const h = await harness(backend);
+      const store = h.store();
+      await store.migrate();
+      const p = h.spec.tablePrefix;
+      expect(store.tables.processed).toContain(`${p}processed`);
+      expect(store.tables.outbox).toContain(`${p}outbox`);
+      const count = await store.transaction((tx) => exec(h.spec, tx, `SELECT count(*) AS n FROM ${store.tables.migrations}`));
+      expect(Number((count[0] as { n: number }).n)).toBe(1);
+    });
+
+    it('migrates on first use by default', async () => {
+      const h = await harness(backend);
+      const store = h.store();
+      expect(await store.idempotency().run('m-1', 'c', async () => undefined)).toBe('done');
+    });
+
+    it('with migrate: false, refuses to run on a schema that is behind, and says how to fix it', async () => {
+      const h = await harness(backend);
+      const store = h.store({ migrate: false });
+      const error = await store.idempotency().run('m-1', 'c', async () => undefined).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(StoreSchemaError);
+      expect((error as StoreSchemaError).message).toMatch(/store\.migrate\(\)/);
+      await store.migrate();
+      expect(await store.idempotency().run('m-1', 'c', async () => undefined)).toBe('done');
+    });
+  });
+
+  describe('idempotency guard', () => {
+    it('runs the work with the transaction, commits it with the marker, and skips a duplicate', async () => {
+      const h = await harness(backend);
+      const store = h.store();
+      await createEffects(h.spec, store);
+      const guard = store.idempotency();
+      let runs = 0;
+      const work = async (tx: unknown) => {
+        runs++;
+        await bumpEffect(h.spec, tx, 'k');
+      };
+      expect(await guard.run('m-1', 'billing', work)).toBe('done');
+      expect(await guard.run('m-1', 'billing', work)).toBe('duplicate');
+      expect(runs).toBe(1);
+      expect((await readEffects(h.spec, store)).get('k')).toBe(1);
+      expect(guard.stats).toEqual({ done: 1, duplicate: 1, failed: 0, unavailable: 0 });
+      const markers = await store.transaction((tx) => exec(h.spec, tx, `SELECT message_id, consumer, processed_at FROM ${store.tables.processed}`));
+      expect(markers).toHaveLength(1);
+      expect(markers[0]).toMatchObject({ message_id: 'm-1', consumer: 'billing' });
+    });
+
+    it('keys on (message id, consumer): another consumer runs the same message', async () => {
+      const h = await harness(backend);
+      const guard = h.store().idempotency();
+      expect(await guard.run('m-1', 'billing', async () => undefined)).toBe('done');
+      expect(await guard.run('m-1', 'email', async () => undefined)).toBe('done');
+      expect(await guard.run('m-2', 'billing', async () => undefined)).toBe('done');
+    });
+
+    it('rolls the marker back with the work when the work fails, so the retry runs it again and the effect happens once', async () => {
+      const h = await harness(backend);
+      const store = h.store();
+      await createEffects(h.spec, store);
+      const guard = store.idempotency();
+      const boom = new Error('payment provider said no');
+      const failing = async (tx: unknown) => {
+        await bumpEffect(h.spec, tx, 'k');
+        throw boom;
+      };
+      await expect(guard.run('m-1', 'billing', failing)).rejects.toBe(boom);
+      expect((await readEffects(h.spec, store)).get('k')).toBeUndefined();
+      expect(await guard.run('m-1', 'billing', (tx) => bumpEffect(h.spec, tx, 'k').then(() => undefined))).toBe('done');
+      expect((await readEffects(h.spec, store)).get('k')).toBe(1);
+      expect(guard.stats).toMatchObject({ done: 1, failed: 1 });
+    });
+
+    it('passes a handler error through unchanged (it is the handler failure, not an outage)', async () => {
+      const h = await harness(backend);
+      const store = h.store();
+      const guard = store.idempotency();
+      const sqlError = await guard.run('m-1', 'c', (tx) => exec(h.spec, tx, 'SELECT * FROM no_such_table').then(() => undefined)).catch((e: unknown) => e);
+      expect(sqlError).not.toBeInstanceOf(StoreUnavailableError);
+      expect(String(sqlError)).toMatch(/no_such_table/);
+      expect(await guard.run('m-1', 'c', async () => undefined)).toBe('done');
+    });
+
+    it('runs the work once when the same message arrives on two connections at the same moment', async () => {
+      const h = await harness(backend);
+      const a = h.store();
+      const b = h.store();
+      await createEffects(h.spec, a);
+      let runs = 0;
+      const work = async (tx: unknown) => {
+        runs++;
+        await bumpEffect(h.spec, tx, 'k');
+        await sleep(50);
+      };
+      const results = await Promise.all([a.idempotency().run('m-1', 'c', work), b.idempotency().run('m-1', 'c', work)]);
+      expect(results.sort()).toEqual(['done', 'duplicate']);
+      expect(runs).toBe(1);
+      expect((await readEffects(h.spec, a)).get('k')).toBe(1);
+    });
+
+    it('reports StoreUnavailableError while the database is down, and works again once it is back', async () => {
+      const h = await harness(backend);
+      const { store, down, up } = await h.outage();
+      await createEffects(h.spec, store);
+      const guard = store.idempotency();
+      expect(await guard.run('m-0', 'c', async () => undefined)).toBe('done');
+      await down();
+      let ran = false;
+      const error = await guard.run('m-1', 'c', async () => void (ran = true)).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(StoreUnavailableError);
+      expect((error as StoreUnavailableError).code).toBe('STORE_UNAVAILABLE');
+      expect(ran).toBe(false);
+      expect(guard.stats.unavailable).toBe(1);
+      await up();
+      expect(await guard.run('m-1', 'c', (tx) => bumpEffect(h.spec, tx, 'k').then(() => undefined))).toBe('done');
+      expect((await readEffects(h.spec, store)).get('k')).toBe(1);
+    });
+
+    it('runs transactions one after another and commits each', async () => {
+      const h = await harness(backend);
+      const store = h.store();
+      await createEffects(h.spec, store);
+      const guard = store.idempotency();
+      const ids = Array.from({ length: 40 }, (_, i) => `m-${i}`);
+      const results = await Promise.all(ids.map((id) => guard.run(id, 'c', async (tx) => {
+        await sleep(1);
+        await bumpEffect(h.spec, tx, id);
+      })));
+      expect(results.every((r) => r === 'done')).toBe(true);
+      expect((await readEffects(h.spec, store)).size).toBe(40);
+    });
+  });
+
+  describe('transaction', () => {
+    it('commits on return and rolls back on throw', async () => {
+      const h = await harness(backend);
+      const store = h.store();
+      await createEffects(h.spec, store);
+      expect(await store.transaction(async (tx) => (await bumpEffect(h.spec, tx, 'a'), 42))).toBe(42);
+      await expect(store.transaction(async (tx) => {
+        await bumpEffect(h.spec, tx, 'b');
+        throw new Error('no');
+      })).rejects.toThrow('no');
+      expect([...(await readEffects(h.spec, store)).keys()]).toEqual(['a']);
+    });
+  });
+
+  describe('outbox table', () => {
+    it('adds a row inside the transaction: it exists if the transaction commits, not if it rolls back', async () => {
+      const h = await harness(backend);
+      const store = h.store();
+      const receipt = await store.transaction((tx) => store.outbox.add(tx, 'order.paid', { orderId: 1 }));
+      expect(receipt.messageId).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7/);
+      await store.transaction(async (tx) => {
+        await store.outbox.add(tx, 'order.paid', { orderId: 2 });
+        return Promise.reject(new Error('rolled back'));
+      }).catch(() => undefined);
+      const lag = await store.outbox.lag();
+      expect(lag.pending).toBe(1);
+      expect(lag.failed).toBe(0);
+      const rows = await store.transaction((tx) => exec(h.spec, tx, `SELECT message_id, routing_key, content FROM ${store.tables.outbox}`));
+      expect(rows).toEqual([{ message_id: receipt.messageId, routing_key: 'order.paid', content: '{"orderId":1}' }]);
+    });
+
+    it('rolls back with a handler that fails after adding, so nothing is published for failed work', async () => {
+      const h = await harness(backend);
+      const store = h.store();
+      const guard = store.idempotency();
+      await guard.run('m-1', 'c', async (tx) => {
+        await store.outbox.add(tx, 'x.y', {});
+        throw new Error('handler failed');
+      }).catch(() => undefined);
+      expect((await store.outbox.lag()).pending).toBe(0);
+      await guard.run('m-1', 'c', async (tx) => void (await store.outbox.add(tx, 'x.y', {})));
+      expect((await store.outbox.lag()).pending).toBe(1);
+    });
+
+    it('reports the lag: pending rows and the age of the oldest', async () => {
+      const h = await harness(backend);
+      const store = h.store();
+      expect(await store.outbox.lag()).toEqual({ pending: 0, oldestPendingAgeMs: 0, failed: 0 });
+      await store.transaction((tx) => store.outbox.add(tx, 'a.b', 1));
+      await sleep(60);
+      await store.transaction((tx) => store.outbox.add(tx, 'a.b', 2));
+      const lag = await store.outbox.lag();
+      expect(lag.pending).toBe(2);
+      expect(lag.oldestPendingAgeMs).toBeGreaterThanOrEqual(40);
+      expect(lag.oldestPendingAgeMs).toBeLessThan(10_000);
+    });
+
+    it('refuses what the publisher refuses: an empty routing key, a payload that is not JSON', async () => {
+      const h = await harness(backend);
+      const store = h.store();
+      await expect(store.transaction((tx) => store.outbox.add(tx, '', {}))).rejects.toMatchObject({ code: 'INVALID_OPTION', option: 'routingKey' });
+      await expect(store.transaction((tx) => store.outbox.add(tx, 'a.b', 10n))).rejects.toMatchObject({ code: 'INVALID_OPTION', option: 'payload' });
+      expect((await store.outbox.lag()).pending).toBe(0);
+    });
+  });
+
+  describe('pruning', () => {
+    it('deletes markers older than the retention in batches, and keeps newer ones', async () => {
+      const h = await harness(backend);
+      const store = h.store();
+      await store.migrate();
+      const old = h.backend === 'sqlite' ? Date.now() - 8 * 86_400_000 : new Date(Date.now() - 8 * 86_400_000);
+      await store.transaction(async (tx) => {
+        for (let i = 0; i < 25; i++) await exec(h.spec, tx, `INSERT INTO ${store.tables.processed} (message_id, consumer, processed_at) VALUES (?, 'c', ?)`, [`old-${i}`, old]);
+      });
+      const guard = store.idempotency();
+      await guard.run('new-1', 'c', async () => undefined);
+      const result = await store.prune({ batchSize: 10 });
+      expect(result.markers).toBe(25);
+      // 25 markers in batches of 10: 10, 10, 5; then one empty outbox batch.
+      expect(result.batches).toBe(4);
+      expect(await guard.run('new-1', 'c', async () => undefined)).toBe('duplicate');
+      expect(await guard.run('old-1', 'c', async () => undefined)).toBe('done');
+    });
+
+    it('deletes sent outbox rows past the retention, never pending or flagged ones', async () => {
+      const h = await harness(backend);
+      const store = h.store();
+      for (let i = 0; i < 3; i++) await store.transaction((tx) => store.outbox.add(tx, 'a.b', i));
+      const now = h.backend === 'sqlite' ? Date.now() - 10_000 : new Date(Date.now() - 10_000);
+      await store.transaction((tx) => exec(h.spec, tx, `UPDATE ${store.tables.outbox} SET sent_at = ? WHERE id = (SELECT min(id) FROM ${store.tables.outbox})`, [now]));
+      await store.transaction((tx) => exec(h.spec, tx, `UPDATE ${store.tables.outbox} SET failed_at = ?, last_error = 'x' WHERE id = (SELECT max(id) FROM ${store.tables.outbox})`, [now]));
+      expect((await store.prune({ olderThanMs: 60_000 })).outbox).toBe(0);
+      expect((await store.prune({ olderThanMs: 1000 })).outbox).toBe(1);
+      expect(await store.outbox.lag()).toMatchObject({ pending: 1, failed: 1 });
+    });
+
+    it('prunes on a schedule', async () => {
+      const h = await harness(backend);
+      const store = h.store({ pruneIntervalMs: 30, retentionMs: 1 });
+      const guard = store.idempotency();
+      await guard.run('m-1', 'c', async () => undefined);
+      const count = async () => Number(((await store.transaction((tx) => exec(h.spec, tx, `SELECT count(*) AS n FROM ${store.tables.processed}`)))[0] as { n: number }).n);
+      const deadline = Date.now() + 5000;
+      while ((await count()) > 0 && Date.now() < deadline) await sleep(20);
+      expect(await count()).toBe(0);
+    });
+  });
+});
