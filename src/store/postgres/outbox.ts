@@ -43,7 +43,7 @@ export class PostgresOutbox<C extends PgClient> implements Outbox<C> {
     return this.store.withClient(async (c) => {
       const { rows } = await this.store.query<{ id: string; message_id: string; exchange: string | null; routing_key: string; last_error: string | null; failed_at: Date; attempts: number }>(
         c,
-        `SELECT id::text AS id, message_id, exchange, routing_key, last_error, failed_at, attempts FROM ${t} WHERE failed_at IS NOT NULL AND sent_at IS NULL ORDER BY id LIMIT $1`,
+        `SELECT o.id::text AS id, o.message_id, o.exchange, o.routing_key, o.last_error, o.failed_at, o.attempts FROM ${t} AS o WHERE o.failed_at IS NOT NULL AND o.sent_at IS NULL ORDER BY o.id LIMIT $1`,
         [limit],
         'list flagged outbox rows',
       );
@@ -91,8 +91,9 @@ export class PostgresRelayDriver<C extends PgClient> implements RelayDriver {
         if (!rows[0]?.ok) return 'busy' as const;
       }
       const { rows } = await q<RowRecord>(
-        `SELECT id::text AS id, message_id, exchange, routing_key, content, properties::text AS properties, attempts FROM ${t}
-         WHERE sent_at IS NULL AND failed_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`,
+        // Order by the bigint column, not the text alias (which would sort '10' before '2').
+        `SELECT o.id::text AS id, o.message_id, o.exchange, o.routing_key, o.content, o.properties::text AS properties, o.attempts FROM ${t} AS o
+         WHERE o.sent_at IS NULL AND o.failed_at IS NULL ORDER BY o.id LIMIT $1 FOR UPDATE SKIP LOCKED`,
         [claim.limit],
       );
       if (rows.length === 0) return [];
