@@ -7,6 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { StoreSchemaError, StoreUnavailableError } from '../errors.js';
 import { BACKENDS, harness } from './testing/harness.js';
 import { bumpEffect, createEffects, exec, readEffects } from './testing/spec.js';
+import { spawnChild } from './testing/spawn.js';
 import { sleep } from './options.js';
 
 describe.each(BACKENDS)('store contract: %s', (backend) => {
@@ -24,6 +25,17 @@ describe.each(BACKENDS)('store contract: %s', (backend) => {
       const reports = await Promise.all([h.store().migrate(), h.store().migrate(), h.store().migrate()]);
       expect(reports.flatMap((r) => r.applied)).toEqual([1]);
       expect(reports.every((r) => r.version === 1)).toBe(true);
+    });
+
+    it('is safe when two processes start at the same moment', async () => {
+      const h = await harness(backend);
+      const env = { WARREN_STORE: JSON.stringify({ spec: h.spec }), WARREN_CHILD_ROLE: 'migrate', WARREN_START_AT: String(Date.now() + 2500) };
+      const children = [spawnChild(env), spawnChild(env)];
+      const lines = await Promise.all(children.map((c) => c.line('migrated ')));
+      const reports = lines.map((l) => JSON.parse(l.slice('migrated '.length)) as { applied: number[]; version: number });
+      expect(reports.flatMap((r) => r.applied)).toEqual([1]);
+      expect(reports.map((r) => r.version)).toEqual([1, 1]);
+      expect(await Promise.all(children.map((c) => c.exited))).toEqual([0, 0]);
     });
 
     it('names its tables with the prefix', async () => {
