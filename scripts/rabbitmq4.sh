@@ -27,6 +27,7 @@ DIST_PORT=25673
 PARTIAL="$DIR.partial"
 LOCK="$DIR.lock"
 LOG="$DIR.build.log"
+START_LOG="$DIR.start.log"
 
 log() { printf 'rabbitmq4: %s\n' "$*"; }
 die() { printf 'rabbitmq4: error: %s\n' "$*" >&2; exit 1; }
@@ -37,11 +38,12 @@ die() { printf 'rabbitmq4: error: %s\n' "$*" >&2; exit 1; }
 # a method frame on channel 0 (connection.start), not merely accepts TCP.
 amqp_ready() {
   local reply
+  # shellcheck disable=SC2016 # expanded by the inner bash, on purpose
   reply=$(timeout 5 bash -c '
     exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
     printf "AMQP\x00\x00\x09\x01" >&3
     head -c 3 <&3 | od -An -tx1' _ "$1" 2>/dev/null) || return 1
-  [[ $(echo $reply) == "01 00 00" ]]
+  [[ ${reply//[[:space:]]/} == 010000 ]]
 }
 
 # The management API's overview, or failure if it does not answer guest:guest.
@@ -149,7 +151,7 @@ NODENAME=$NODE
 NODE_IP_ADDRESS=127.0.0.1
 NODE_PORT=$AMQP_PORT
 DIST_PORT=$DIST_PORT
-export ERL_EPMD_ADDRESS=127.0.0.1
+ERL_EPMD_ADDRESS=127.0.0.1
 EOF
   cat >"$root/etc/rabbitmq/rabbitmq.conf" <<EOF
 # Written by warren's scripts/rabbitmq4.sh: a second broker beside the host's.
@@ -229,6 +231,7 @@ build() {
   unmount_under "$PARTIAL"
   mv "$PARTIAL" "$DIR"
   DIR_IN_USE=$DIR
+  # shellcheck disable=SC2016 # a dpkg-query format, not shell
   log "chroot built in $(( $(date +%s) - started ))s: $(in_chroot dpkg-query -W -f '${Package} ${Version}' rabbitmq-server)"
 }
 
@@ -240,12 +243,14 @@ wait_ready() {
     if node_registered; then
       seen=1
     elif [[ $seen -eq 1 ]]; then
-      log "the node stopped while booting; last lines of $logfile:"
+      log "the node stopped while booting; last lines of $START_LOG and $logfile:"
+      tail -n 10 "$START_LOG" >&2 || true
       tail -n 30 "$logfile" >&2 || true
       exit 1
     fi
     if (( $(date +%s) > deadline )); then
-      log "not ready after 180s; last lines of $logfile:"
+      log "not ready after 180s; last lines of $START_LOG and $logfile:"
+      tail -n 10 "$START_LOG" >&2 || true
       tail -n 30 "$logfile" >&2 || true
       exit 1
     fi
@@ -262,20 +267,25 @@ report_running() {
   esac
 }
 
+# One build, start or stop at a time, across clones and concurrent runs
+# (a stop unmounting /proc under a broker that another run is booting kills
+# that boot). Held on fd 9 until this script exits.
+take_lock() {
+  mkdir -p "$(dirname "$DIR")"
+  exec 9>"$LOCK"
+  if ! flock -n 9; then
+    log "another run holds $LOCK (building, starting or stopping); waiting for it"
+    flock -w 1800 9 || die "gave up waiting for $LOCK after 30 minutes"
+  fi
+}
+
 cmd_start() {
   if amqp_ready "$AMQP_PORT" && overview >/dev/null; then
     report_running
     return
   fi
   require_root start
-  mkdir -p "$(dirname "$DIR")"
-  # One build and one start at a time, across clones and concurrent runs.
-  exec 9>"$LOCK"
-  if ! flock -n 9; then
-    log "another run holds $LOCK (building or starting); waiting for it"
-    flock -w 1800 9 || die "gave up waiting for $LOCK after 30 minutes"
-  fi
-
+  take_lock
   [[ -d $DIR ]] || build
   mount_proc "$DIR"
 
@@ -285,8 +295,10 @@ cmd_start() {
     log "node $NODE is already up; waiting for it to be ready"
   else
     log "starting $NODE"
-    # -detached: the broker keeps running after this script exits.
-    in_chroot sh -c 'cd / && exec rabbitmq-server -detached' >/dev/null
+    # -detached: the broker keeps running after this script exits. 9>&-: it
+    # must not inherit the lock's descriptor, or it holds the lock forever.
+    in_chroot sh -c 'cd / && exec rabbitmq-server -detached' \
+      </dev/null >"$START_LOG" 2>&1 9>&-
   fi
   wait_ready
   log "  ready in $(( $(date +%s) - started ))s"
@@ -296,6 +308,7 @@ cmd_start() {
 cmd_stop() {
   [[ -d $DIR ]] || { log "not built ($DIR does not exist)"; return; }
   require_root stop
+  take_lock
   if node_registered; then
     log "stopping $NODE"
     # shutdown (unlike stop) waits until the broker's OS process has exited.

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# What `npm start` runs: the demo (examples/demo.ts) against a local RabbitMQ,
+# on a Debian machine that may have nothing yet but Node.js. It installs the
+# npm dependencies if they are missing and makes sure a RabbitMQ answers on
+# 127.0.0.1:5672, installing Debian's rabbitmq-server when running as root.
+# Without root it prints the commands to run and stops.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+say() { printf 'start: %s\n' "$*"; }
+is_root() { [[ $EUID -eq 0 ]]; }
+
+# --- Node.js and dependencies ----------------------------------------------
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  say "Node.js 20 or newer, with npm, is needed first (https://nodejs.org)" >&2
+  exit 1
+fi
+if [[ ! -d node_modules ]]; then
+  say "installing dependencies"
+  # npm ci is the reproducible install, but it refuses a lockfile that has
+  # drifted from package.json in the smallest way; npm install copes.
+  if [[ ! -f package-lock.json ]] || ! npm ci --no-audit --no-fund; then
+    say "npm ci failed; falling back to npm install"
+    npm install --no-audit --no-fund
+  fi
+fi
+
+# --- RabbitMQ on 5672 --------------------------------------------------------
+# True when something on 5672 answers the AMQP 0-9-1 protocol header with a
+# method frame on channel 0 (connection.start), not merely accepts TCP.
+amqp_ready() {
+  local reply
+  # shellcheck disable=SC2016 # expanded by the inner bash, on purpose
+  reply=$(timeout 5 bash -c '
+    exec 3<>/dev/tcp/127.0.0.1/5672 || exit 1
+    printf "AMQP\x00\x00\x09\x01" >&3
+    head -c 3 <&3 | od -An -tx1' 2>/dev/null) || return 1
+  [[ ${reply//[[:space:]]/} == 010000 ]]
+}
+
+# With systemd, the service manager owns the broker; in a container or a
+# chroot there is none, and the broker starts itself in the background.
+start_cmd() {
+  if [[ -d /run/systemd/system ]]; then
+    echo "systemctl start rabbitmq-server"
+  else
+    echo "rabbitmq-server -detached"
+  fi
+}
+
+if ! amqp_ready; then
+  if ! command -v rabbitmq-server >/dev/null; then
+    if ! is_root; then
+      say "no RabbitMQ on 127.0.0.1:5672 and none installed; run:" >&2
+      echo "  sudo apt-get update && sudo apt-get install -y rabbitmq-server" >&2
+      echo "  sudo $(start_cmd)   # if the install did not start it" >&2
+      echo "then npm start again." >&2
+      exit 1
+    fi
+    say "installing rabbitmq-server from Debian's packages"
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y rabbitmq-server
+    command -v rabbitmq-server >/dev/null ||
+      { say "rabbitmq-server is still not on PATH after the install" >&2; exit 1; }
+  fi
+  # The package starts the broker itself where there is an init system.
+  if ! amqp_ready; then
+    if ! is_root; then
+      say "RabbitMQ is installed but not running; run:" >&2
+      echo "  sudo $(start_cmd)" >&2
+      echo "then npm start again." >&2
+      exit 1
+    fi
+    say "starting RabbitMQ: $(start_cmd)"
+    read -r -a cmd <<<"$(start_cmd)"
+    "${cmd[@]}" </dev/null >/dev/null
+  fi
+  say "waiting for RabbitMQ on 127.0.0.1:5672"
+  for (( i = 0; i < 120; i++ )); do
+    amqp_ready && break
+    sleep 1
+  done
+  amqp_ready || { say "RabbitMQ did not answer on 5672 within 120s; see /var/log/rabbitmq/" >&2; exit 1; }
+fi
+say "RabbitMQ answers on 127.0.0.1:5672"
+
+# --- the demo ----------------------------------------------------------------
+# exec: Ctrl-C and SIGTERM reach the demo, which shuts its consumer down cleanly.
+exec npx --no-install tsx examples/demo.ts

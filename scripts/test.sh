@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# What `npm test` runs: the whole suite against two RabbitMQ versions, the
+# host's 3.10 (what Debian 12 ships) and a 4.0 in a chroot beside it, because
+# the two behave differently where warren cares (x-death, delivery limits).
+#
+#   npm test                       both brokers, all tests
+#   npm test -- src/consume        extra arguments go to vitest
+#   WARREN_TEST_BROKERS=3.10 npm test     one broker only (or 4.0)
+#
+# Ends with one line, "tests: N passed, N failed[, N skipped]", summed over
+# both runs, and exits non-zero if either run failed or ran no test at all.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+root=$PWD
+results="$root/.warren/test-results"   # .warren/ is git-ignored
+
+say() { printf 'test: %s\n' "$*"; }
+
+# --- which brokers ---------------------------------------------------------
+list=${WARREN_TEST_BROKERS:-3.10 4.0}
+read -r -a brokers <<<"${list//,/ }"   # "3.10 4.0" or "3.10,4.0"
+for b in "${brokers[@]}"; do
+  case $b in
+    3.10 | 4.0) ;;
+    *) say "WARREN_TEST_BROKERS: unknown broker '$b' (use 3.10, 4.0 or both)" >&2; exit 2 ;;
+  esac
+done
+(( ${#brokers[@]} )) || { say "WARREN_TEST_BROKERS is empty" >&2; exit 2; }
+
+# --- dependencies ----------------------------------------------------------
+if [[ ! -d node_modules ]]; then
+  say "installing dependencies"
+  # npm ci is the reproducible install, but it refuses a lockfile that has
+  # drifted from package.json in the smallest way; npm install copes.
+  if [[ ! -f package-lock.json ]] || ! npm ci --no-audit --no-fund; then
+    say "npm ci failed; falling back to npm install"
+    npm install --no-audit --no-fund
+  fi
+fi
+# better-sqlite3 is a native addon built at install time (package.json's
+# allowScripts lets npm 11 run its build). Rebuild it if it does not load,
+# for instance after a Node upgrade.
+if [[ -d node_modules/better-sqlite3 ]] &&
+   ! node -e "new (require('better-sqlite3'))(':memory:').close()" 2>/dev/null; then
+  say "rebuilding better-sqlite3"
+  npm rebuild better-sqlite3
+fi
+
+# --- services --------------------------------------------------------------
+# PostgreSQL (and the 3.10 broker) come from services.sh even when only 4.0
+# is tested: the store tests need the database either way.
+bash scripts/services.sh
+if [[ " ${brokers[*]} " == *" 4.0 "* ]]; then
+  if ! bash scripts/rabbitmq4.sh start; then
+    say "the RabbitMQ 4.0 broker is not available; fix that, or test against" \
+        "3.10 only with WARREN_TEST_BROKERS=3.10" >&2
+    exit 1
+  fi
+fi
+
+# --- build -----------------------------------------------------------------
+npm run --silent build
+
+# --- tests -----------------------------------------------------------------
+mkdir -p "$results"
+passed=0 failed=0 skipped=0 status=0
+
+for broker in "${brokers[@]}"; do
+  case $broker in
+    3.10) amqp_port=5672 mgmt_port=15672 ;;
+    4.0) amqp_port=5673 mgmt_port=15673 ;;
+  esac
+  json="$results/broker-$broker.json"
+  rm -f "$json"
+  echo
+  say "=== RabbitMQ $broker (amqp://127.0.0.1:$amqp_port) ==="
+  rc=0
+  WARREN_TEST_BROKER=$broker \
+  WARREN_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:$amqp_port \
+  WARREN_TEST_MGMT_URL=http://guest:guest@127.0.0.1:$mgmt_port \
+  WARREN_TEST_PG_URL=${WARREN_TEST_PG_URL:-postgres://postgres@127.0.0.1:5432/test} \
+    npx --no-install vitest run \
+      --reporter=default --reporter=json --outputFile.json="$json" "$@" || rc=$?
+
+  # Counts from vitest's JSON report. A test file that fails to load has no
+  # failed test in it, yet fails the run: it counts as one failure, so the
+  # closing line never reads "0 failed" for a red run. A missing report
+  # (vitest died before writing it) is a failure too.
+  if counts=$(node -e '
+      const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+      const broken = r.testResults.filter(f => f.status === "failed" &&
+        !f.assertionResults.some(a => a.status === "failed")).length;
+      console.log(r.numPassedTests, r.numFailedTests + broken,
+                  r.numPendingTests + r.numTodoTests);' "$json" 2>/dev/null); then
+    read -r p f s <<<"$counts"
+  else
+    say "no JSON report from vitest at $json" >&2
+    p=0 f=1 s=0
+  fi
+  passed=$(( passed + p )) failed=$(( failed + f )) skipped=$(( skipped + s ))
+
+  if (( p == 0 && f == 0 )); then
+    say "RabbitMQ $broker: no test ran (vitest exit $rc)" >&2
+    status=1
+  elif (( rc != 0 || f > 0 )); then
+    say "RabbitMQ $broker: vitest failed (exit $rc)" >&2
+    status=1
+  fi
+done
+
+echo
+line="tests: $passed passed, $failed failed"
+if (( skipped )); then line+=", $skipped skipped"; fi
+echo "$line"
+exit "$status"
