@@ -1,2 +1,40 @@
-// Parked-queue operations: reading, grouping and replaying parked messages.
-export {};
+// Parked-queue operations: reading, grouping, replaying, purging and exporting parked
+// messages. The CLI uses these; so can a web console.
+export { QueueNotFoundError, WalkInterruptedError } from './errors.js';
+export { describeFilter, isEmptyFilter, matchesFilter, parseFilter, parsePattern, parseTime, routingKeyMatches, type FilterInput, type FilterOptionNames, type ParkedFilter } from './filter.js';
+export {
+  attemptHistory,
+  decodeBody,
+  deathRecords,
+  groupParked,
+  plainValue,
+  replayHeaders,
+  summarize,
+  toParkedMessage,
+  type DeathRecord,
+  type DecodedBody,
+  type HistoryEntry,
+  type ParkedGroup,
+  type ParkedMessage,
+  type ParkedSummary,
+  type RawMessage,
+} from './message.js';
+export { walkParked, type MoveFailure, type MoveTarget, type StopReason, type Verdict, type WalkOptions, type WalkResult } from './reader.js';
+export {
+  browseParked,
+  exportParked,
+  exportRecord,
+  listParked,
+  purgeParked,
+  replayParked,
+  type BrowseOptions,
+  type ExportOptions,
+  type ExportRecord,
+  type ParkedOperationOptions,
+  type ParkedOperationResult,
+  type ParkedTarget,
+  type PurgeOptions,
+  type ReplayOptions,
+  type ReplayProgress,
+  type ReplayResult,
+} from './operations.js';

@@ -1,0 +1,102 @@
+import { describe, expect, it } from 'vitest';
+import { InvalidOptionError } from '../errors.js';
+import { HEADER } from '../headers.js';
+import { describeFilter, isEmptyFilter, matchesFilter, parseFilter, parsePattern, parseTime, routingKeyMatches } from './filter.js';
+import { toParkedMessage, type ParkedMessage } from './message.js';
+
+function parked(headers: Record<string, unknown>, messageId = 'id-1', routingKey = 'billing.parked'): ParkedMessage {
+  return toParkedMessage({ content: Buffer.from('{}'), fields: { routingKey, exchange: '' }, properties: { messageId, headers } }, 1);
+}
+
+const now = new Date('2026-03-01T12:00:00Z');
+const msg = parked({
+  [HEADER.errorClass]: 'HttpError',
+  [HEADER.errorMessage]: 'Carrier 503 for order 42',
+  [HEADER.lastFailedAt]: '2026-03-01T11:00:00Z',
+  [HEADER.routingKey]: 'order.created.eu',
+});
+
+describe('parseTime', () => {
+  it('reads spans before now and ISO dates', () => {
+    expect(parseTime('2h', '--since', now).toISOString()).toBe('2026-03-01T10:00:00.000Z');
+    expect(parseTime('30m', '--since', now).toISOString()).toBe('2026-03-01T11:30:00.000Z');
+    expect(parseTime('7d', '--since', now).toISOString()).toBe('2026-02-22T12:00:00.000Z');
+    expect(parseTime('1.5h ago', '--since', now).toISOString()).toBe('2026-03-01T10:30:00.000Z');
+    expect(parseTime('2026-02-01', '--since', now).toISOString()).toBe('2026-02-01T00:00:00.000Z');
+    expect(parseTime('2026-02-01T08:30:00Z', '--since', now).toISOString()).toBe('2026-02-01T08:30:00.000Z');
+    expect(parseTime('2026-02-01 08:30+01:00', '--since', now).toISOString()).toBe('2026-02-01T07:30:00.000Z');
+  });
+  it('names the option when the value is not a time', () => {
+    expect(() => parseTime('yesterday', '--since', now)).toThrow(InvalidOptionError);
+    expect(() => parseTime('yesterday', '--since', now)).toThrow(/`--since`.*"yesterday" is not a time/);
+    expect(() => parseTime('2026-13-45', '--until', now)).toThrow(/`--until`/);
+  });
+});
+
+describe('parsePattern', () => {
+  it('reads /pattern/flags as a regular expression and anything else as text', () => {
+    expect(parsePattern('/carrier \\d+/i', '--error')).toEqual(/carrier \d+/i);
+    expect(parsePattern('carrier 503', '--error')).toBe('carrier 503');
+    expect(() => parsePattern('/carrier (/', '--error')).toThrow(/`--error`.*not a valid regular expression/);
+  });
+});
+
+describe('routingKeyMatches', () => {
+  it('follows topic exchange rules', () => {
+    expect(routingKeyMatches('order.created', 'order.created')).toBe(true);
+    expect(routingKeyMatches('order.created', 'order.created.eu')).toBe(false);
+    expect(routingKeyMatches('order.*', 'order.created')).toBe(true);
+    expect(routingKeyMatches('order.*', 'order.created.eu')).toBe(false);
+    expect(routingKeyMatches('order.#', 'order.created.eu')).toBe(true);
+    expect(routingKeyMatches('order.#', 'order')).toBe(true);
+    expect(routingKeyMatches('#.eu', 'order.created.eu')).toBe(true);
+    expect(routingKeyMatches('#', 'anything.at.all')).toBe(true);
+    expect(routingKeyMatches('*.created.*', 'order.created.eu')).toBe(true);
+    expect(routingKeyMatches('*.created', 'order.created.eu')).toBe(false);
+    // Dots in a literal word are not wildcards.
+    expect(routingKeyMatches('order.*', 'orderXcreated')).toBe(false);
+  });
+});
+
+describe('matchesFilter', () => {
+  it('matches when every set criterion matches', () => {
+    expect(matchesFilter(msg, {})).toBe(true);
+    expect(matchesFilter(msg, { error: 'carrier 503' })).toBe(true);
+    expect(matchesFilter(msg, { error: 'refused' })).toBe(false);
+    expect(matchesFilter(msg, { error: /order \d+$/ })).toBe(true);
+    expect(matchesFilter(msg, { errorClass: 'httperror' })).toBe(true);
+    expect(matchesFilter(msg, { errorClass: 'TimeoutError' })).toBe(false);
+    expect(matchesFilter(msg, { since: new Date('2026-03-01T10:00:00Z'), until: new Date('2026-03-01T11:30:00Z') })).toBe(true);
+    expect(matchesFilter(msg, { since: new Date('2026-03-01T11:00:00.001Z') })).toBe(false);
+    expect(matchesFilter(msg, { until: new Date('2026-03-01T11:00:00Z') })).toBe(false);
+    expect(matchesFilter(msg, { messageIds: ['other', 'id-1'] })).toBe(true);
+    expect(matchesFilter(msg, { messageIds: ['other'] })).toBe(false);
+    expect(matchesFilter(msg, { routingKey: 'order.#' })).toBe(true);
+    expect(matchesFilter(msg, { routingKey: 'order.*' })).toBe(false);
+    expect(matchesFilter(msg, { errorClass: 'HttpError', error: 'refused' })).toBe(false);
+  });
+  it('a global regular expression matches every message, not every other one', () => {
+    const re = /carrier/gi;
+    expect([1, 2, 3].map(() => matchesFilter(msg, { error: re }))).toEqual([true, true, true]);
+  });
+  it('a time filter leaves out messages without a failure time', () => {
+    expect(matchesFilter(parked({}), { since: new Date(0) })).toBe(false);
+  });
+});
+
+describe('parseFilter', () => {
+  it('builds a filter from text, naming the flag that is wrong', () => {
+    const names = { error: '--error', errorClass: '--error-class', since: '--since', until: '--until', messageIds: '--id', routingKey: '--routing-key' };
+    const f = parseFilter({ error: '/x/', since: '2h', until: '1h', messageIds: ['a,b', 'c'], routingKey: 'order.*', errorClass: ' HttpError ' }, now, names);
+    expect(f).toEqual({ error: /x/, since: new Date('2026-03-01T10:00:00Z'), until: new Date('2026-03-01T11:00:00Z'), messageIds: ['a', 'b', 'c'], routingKey: 'order.*', errorClass: 'HttpError' });
+    expect(() => parseFilter({ since: '1h', until: '2h' }, now, names)).toThrow(/`--since`.*is not before --until/);
+    expect(() => parseFilter({ messageIds: [','] }, now, names)).toThrow(/`--id`/);
+    expect(() => parseFilter({ error: '' }, now, names)).toThrow(/`--error`/);
+    expect(() => parseFilter({ routingKey: 'a b' }, now, names)).toThrow(/`--routing-key`/);
+    expect(isEmptyFilter(parseFilter({}, now, names))).toBe(true);
+  });
+  it('describes itself in words', () => {
+    expect(describeFilter({})).toBe('any message');
+    expect(describeFilter({ errorClass: 'HttpError', error: /x/i })).toBe('error matches /x/i, error class HttpError');
+  });
+});

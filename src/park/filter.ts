@@ -1,0 +1,166 @@
+import { InvalidOptionError } from '../errors.js';
+import type { ParkedMessage } from './message.js';
+
+/**
+ * Which parked messages an operation applies to. Every field that is set must match;
+ * an empty filter matches everything.
+ *
+ * @example
+ * const filter = parseFilter({ error: '/carrier \\d+/', since: '2h' });
+ */
+export interface ParkedFilter {
+  /** Error message contains this text (case-insensitive), or matches this pattern. */
+  readonly error?: string | RegExp;
+  /** Error class equals this name (case-insensitive), e.g. `HttpError`. */
+  readonly errorClass?: string;
+  /** Failed at or after this time (the last failure, else the park time). */
+  readonly since?: Date;
+  /** Failed before this time. */
+  readonly until?: Date;
+  /** Message id is one of these. */
+  readonly messageIds?: readonly string[];
+  /** Original routing key matches this topic pattern (`*` one word, `#` any number). */
+  readonly routingKey?: string;
+}
+
+/** True when the filter sets nothing, so it matches every message. */
+export function isEmptyFilter(f: ParkedFilter): boolean {
+  return f.error === undefined && f.errorClass === undefined && f.since === undefined && f.until === undefined && (f.messageIds === undefined || f.messageIds.length === 0) && f.routingKey === undefined;
+}
+
+/** Word-by-word topic matching: `*` is exactly one word, `#` zero or more. */
+function matchWords(pattern: readonly string[], pi: number, key: readonly string[], ki: number): boolean {
+  if (pi === pattern.length) return ki === key.length;
+  const word = pattern[pi];
+  if (word === '#') {
+    for (let j = ki; j <= key.length; j++) if (matchWords(pattern, pi + 1, key, j)) return true;
+    return false;
+  }
+  if (ki === key.length) return false;
+  return (word === '*' || word === key[ki]) && matchWords(pattern, pi + 1, key, ki + 1);
+}
+
+/** True when `key` matches the topic `pattern`, as a topic exchange would route it. */
+export function routingKeyMatches(pattern: string, key: string): boolean {
+  if (!pattern.includes('*') && !pattern.includes('#')) return pattern === key;
+  return matchWords(pattern.split('.'), 0, key.split('.'), 0);
+}
+
+/** True when the message matches every criterion of the filter. Pure. */
+export function matchesFilter(m: ParkedMessage, f: ParkedFilter): boolean {
+  if (f.messageIds && f.messageIds.length > 0 && (m.messageId === undefined || !f.messageIds.includes(m.messageId))) return false;
+  if (f.errorClass !== undefined && (m.errorClass ?? '').toLowerCase() !== f.errorClass.toLowerCase()) return false;
+  if (f.error !== undefined) {
+    const text = m.errorMessage ?? '';
+    if (typeof f.error === 'string') {
+      if (!text.toLowerCase().includes(f.error.toLowerCase())) return false;
+    } else {
+      f.error.lastIndex = 0;
+      if (!f.error.test(text)) return false;
+    }
+  }
+  if (f.since !== undefined || f.until !== undefined) {
+    const t = m.failedAt;
+    if (t === undefined) return false;
+    if (f.since !== undefined && t < f.since) return false;
+    if (f.until !== undefined && t >= f.until) return false;
+  }
+  if (f.routingKey !== undefined && !routingKeyMatches(f.routingKey, m.routingKey)) return false;
+  return true;
+}
+
+const RELATIVE_MS = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_800_000 } as const;
+
+/**
+ * Reads a point in time: an ISO 8601 date or date-time (`2026-03-01`, `2026-03-01T12:00Z`),
+ * or a span before `now` (`90s`, `30m`, `2h`, `7d`, `1w`). Throws naming `option`.
+ */
+export function parseTime(value: string, option: string, now: Date = new Date()): Date {
+  const text = value.trim();
+  const rel = /^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)(?:\s*ago)?$/i.exec(text);
+  if (rel) {
+    const unit = (rel[2] as string).toLowerCase() as keyof typeof RELATIVE_MS;
+    return new Date(now.getTime() - Math.round(Number(rel[1]) * RELATIVE_MS[unit]));
+  }
+  if (/^\d{4}-\d{2}-\d{2}(?:[T ][\d:.]+(?:Z|[+-]\d{2}:?\d{2})?)?$/i.test(text)) {
+    const d = new Date(text.replace(' ', 'T'));
+    if (!Number.isNaN(d.getTime())) return d;
+  }
+  throw new InvalidOptionError(option, `${JSON.stringify(value)} is not a time`, 'Give an ISO date or date-time (2026-03-01, 2026-03-01T12:00:00Z) or a span before now (30m, 2h, 7d).');
+}
+
+/**
+ * Reads an error-text filter: `/pattern/flags` is a regular expression, anything else
+ * plain text matched case-insensitively. Throws naming `option` on a bad pattern.
+ */
+export function parsePattern(value: string, option: string): string | RegExp {
+  const m = /^\/(.*)\/([a-z]*)$/s.exec(value);
+  if (!m) return value;
+  try {
+    return new RegExp(m[1] as string, m[2]);
+  } catch (error) {
+    throw new InvalidOptionError(option, `${JSON.stringify(value)} is not a valid regular expression (${error instanceof Error ? error.message : String(error)})`);
+  }
+}
+
+/** Filter criteria as text, e.g. from command-line flags. */
+export interface FilterInput {
+  error?: string | undefined;
+  errorClass?: string | undefined;
+  since?: string | undefined;
+  until?: string | undefined;
+  messageIds?: readonly string[] | undefined;
+  routingKey?: string | undefined;
+}
+
+/** Option names used in error messages, per field; the CLI passes its flag names. */
+export interface FilterOptionNames {
+  error: string;
+  errorClass: string;
+  since: string;
+  until: string;
+  messageIds: string;
+  routingKey: string;
+}
+
+const DEFAULT_NAMES: FilterOptionNames = { error: 'error', errorClass: 'errorClass', since: 'since', until: 'until', messageIds: 'messageIds', routingKey: 'routingKey' };
+
+/** Builds a {@link ParkedFilter} from text, validating once; errors name the option. */
+export function parseFilter(input: FilterInput, now: Date = new Date(), names: FilterOptionNames = DEFAULT_NAMES): ParkedFilter {
+  const f: { -readonly [K in keyof ParkedFilter]: ParkedFilter[K] } = {};
+  if (input.error !== undefined) {
+    if (input.error === '') throw new InvalidOptionError(names.error, 'is empty');
+    f.error = parsePattern(input.error, names.error);
+  }
+  if (input.errorClass !== undefined) {
+    if (input.errorClass.trim() === '') throw new InvalidOptionError(names.errorClass, 'is empty');
+    f.errorClass = input.errorClass.trim();
+  }
+  if (input.since !== undefined) f.since = parseTime(input.since, names.since, now);
+  if (input.until !== undefined) f.until = parseTime(input.until, names.until, now);
+  if (f.since && f.until && f.since >= f.until) {
+    throw new InvalidOptionError(names.since, `${f.since.toISOString()} is not before ${names.until} ${f.until.toISOString()}`);
+  }
+  if (input.messageIds !== undefined) {
+    const ids = input.messageIds.flatMap((s) => s.split(',')).map((s) => s.trim()).filter(Boolean);
+    if (ids.length === 0) throw new InvalidOptionError(names.messageIds, 'names no message id');
+    f.messageIds = ids;
+  }
+  if (input.routingKey !== undefined) {
+    if (!/^[^\s]{1,255}$/.test(input.routingKey)) throw new InvalidOptionError(names.routingKey, `${JSON.stringify(input.routingKey)} is not a routing key or pattern`);
+    f.routingKey = input.routingKey;
+  }
+  return f;
+}
+
+/** The filter in words, for messages such as "no parked message matches …". */
+export function describeFilter(f: ParkedFilter): string {
+  const parts: string[] = [];
+  if (f.error !== undefined) parts.push(typeof f.error === 'string' ? `error contains ${JSON.stringify(f.error)}` : `error matches ${String(f.error)}`);
+  if (f.errorClass !== undefined) parts.push(`error class ${f.errorClass}`);
+  if (f.since !== undefined) parts.push(`failed since ${f.since.toISOString()}`);
+  if (f.until !== undefined) parts.push(`failed before ${f.until.toISOString()}`);
+  if (f.messageIds && f.messageIds.length) parts.push(`message id ${f.messageIds.join(', ')}`);
+  if (f.routingKey !== undefined) parts.push(`routing key ${f.routingKey}`);
+  return parts.length ? parts.join(', ') : 'any message';
+}

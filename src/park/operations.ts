@@ -1,0 +1,337 @@
+import type * as amqp from 'amqplib';
+import { InvalidOptionError } from '../errors.js';
+import type { ConsumerTopology } from '../topology/declaration.js';
+import { QueueNotFoundError } from './errors.js';
+import { isEmptyFilter, matchesFilter, type ParkedFilter } from './filter.js';
+import { copyProperties, decodeBody, plainValue, replayHeaders, type ParkedMessage } from './message.js';
+import { walkParked, type Verdict, type WalkOptions, type WalkResult } from './reader.js';
+
+/** The queues of a consumer that the parked-queue operations use. */
+export type ParkedTarget = Pick<ConsumerTopology, 'name' | 'queue' | 'parkedQueue' | 'queueType'>;
+
+/** Options shared by every operation on a parked queue. */
+export interface ParkedOperationOptions extends Omit<WalkOptions, 'queueType'> {
+  /** Which messages to act on; the others stay parked, in their order. @default every message */
+  filter?: ParkedFilter;
+  /** Act on at most this many matching messages, from the head of the queue. @default no limit */
+  limit?: number;
+}
+
+/** What an operation did: the walk, and how many messages matched the filter. */
+export interface ParkedOperationResult extends WalkResult {
+  readonly consumer: string;
+  /** Messages that matched the filter (and the limit). */
+  readonly matched: number;
+  /** True when a `limit` ended the operation. */
+  readonly limitReached: boolean;
+}
+
+const KEEP: Verdict = Object.freeze({ action: 'keep' });
+const KEEP_AND_STOP: Verdict = Object.freeze({ action: 'keep', stop: true });
+
+function checkLimit(limit: number | undefined): void {
+  if (limit !== undefined && (!Number.isInteger(limit) || limit < 1)) throw new InvalidOptionError('limit', `${limit} is not a whole number of at least 1`);
+}
+
+function walkOptions(target: ParkedTarget, options: ParkedOperationOptions): WalkOptions {
+  const { filter: _f, limit: _l, ...walk } = options;
+  return { ...walk, queueType: target.queueType };
+}
+
+/**
+ * Counts matches, stopping after `limit`. Returns a visitor that calls `act` on each
+ * matching message and keeps the rest.
+ */
+function matcher(options: ParkedOperationOptions, act: (m: ParkedMessage, last: boolean) => Verdict | Promise<Verdict>) {
+  checkLimit(options.limit);
+  const filter = options.filter ?? {};
+  const all = isEmptyFilter(filter);
+  const state = { matched: 0, limitReached: false };
+  const visit = (m: ParkedMessage): Verdict | Promise<Verdict> => {
+    if (!all && !matchesFilter(m, filter)) return KEEP;
+    state.matched += 1;
+    const last = options.limit !== undefined && state.matched >= options.limit;
+    if (last) state.limitReached = true;
+    return act(m, last);
+  };
+  return { visit, state };
+}
+
+/** Options of {@link browseParked}. */
+export interface BrowseOptions extends ParkedOperationOptions {
+  /** Called with each matching message, in queue order. Return `'stop'` to end early. */
+  onMessage: (message: ParkedMessage) => void | 'stop' | Promise<void | 'stop'>;
+}
+
+/**
+ * Reads a parked queue without changing it: every message is put back in its order.
+ * Matching messages are handed to `onMessage` in queue order.
+ *
+ * @example
+ * await browseParked(model, topology.consumer('billing'), {
+ *   filter: { errorClass: 'HttpError' },
+ *   onMessage: (m) => console.log(m.messageId, m.errorMessage),
+ * });
+ */
+export async function browseParked(model: amqp.ChannelModel, target: ParkedTarget, options: BrowseOptions): Promise<ParkedOperationResult> {
+  const { visit, state } = matcher(options, async (m, last) => {
+    const answer = await options.onMessage(m);
+    return last || answer === 'stop' ? KEEP_AND_STOP : KEEP;
+  });
+  const { onMessage: _o, ...rest } = options;
+  const result = await walkParked(model, target.parkedQueue, visit, walkOptions(target, rest));
+  return { ...result, consumer: target.name, matched: state.matched, limitReached: state.limitReached };
+}
+
+/** {@link browseParked}, collecting the matching messages. */
+export async function listParked(model: amqp.ChannelModel, target: ParkedTarget, options: ParkedOperationOptions = {}): Promise<ParkedOperationResult & { readonly messages: ParkedMessage[] }> {
+  const messages: ParkedMessage[] = [];
+  const result = await browseParked(model, target, {
+    ...options,
+    onMessage: (m) => {
+      messages.push(m);
+    },
+  });
+  return { ...result, messages };
+}
+
+/** Progress of a replay, reported after each message examined. */
+export interface ReplayProgress {
+  /** Messages in the parked queue when the replay began. */
+  readonly total: number;
+  readonly scanned: number;
+  readonly matched: number;
+  /** Copies published so far (confirms may still be outstanding). */
+  readonly published: number;
+  readonly elapsedMs: number;
+  /** The `limit`, when one is set. */
+  readonly limit: number | undefined;
+}
+
+/** Options of {@link replayParked}. */
+export interface ReplayOptions extends ParkedOperationOptions {
+  /**
+   * Publishes per second at most, paced evenly from the first one.
+   * @default no limit (as fast as confirms allow)
+   */
+  ratePerSecond?: number;
+  /** Examine and count, change nothing. @default false */
+  dryRun?: boolean;
+  /** Called after each message examined. */
+  onProgress?: (progress: ReplayProgress) => void;
+  /** Called with each message that matches (and would be replayed, on a dry run). */
+  onMatch?: (message: ParkedMessage) => void;
+  /** The clock, for `warren-replayed-at`. @default () => new Date() */
+  now?: () => Date;
+}
+
+/** What a replay did. */
+export interface ReplayResult extends ParkedOperationResult {
+  /** The work queue the copies went to. */
+  readonly targetQueue: string;
+  readonly dryRun: boolean;
+  /** Copies confirmed and their originals acknowledged (0 on a dry run). */
+  readonly replayed: number;
+  readonly elapsedMs: number;
+  /** Replayed messages per second, from the first publish to the last confirm. */
+  readonly ratePerSecond: number;
+}
+
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  if (ms <= 0) return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    }
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}
+
+async function checkQueueExists(model: amqp.ChannelModel, queue: string): Promise<void> {
+  const ch = await model.createChannel();
+  ch.on('error', () => undefined);
+  try {
+    await ch.checkQueue(queue);
+  } catch (error) {
+    if (typeof error === 'object' && error !== null && (error as { code?: unknown }).code === 404) throw new QueueNotFoundError(queue, { cause: error });
+    throw error;
+  } finally {
+    await ch.close().catch(() => undefined);
+  }
+}
+
+/**
+ * Replays parked messages to their consumer's own work queue, through the default
+ * exchange (so no other queue bound to the routing key gets a copy), with the same
+ * message id and properties, the attempt count reset and the replay recorded in
+ * headers (see {@link replayHeaders}). Each copy is confirmed before its original is
+ * acknowledged: if the process dies half-way, nothing is lost and at most a message is
+ * replayed twice, which an idempotent consumer absorbs. Messages that do not match stay
+ * parked, in their order.
+ *
+ * @example
+ * const result = await replayParked(model, topology.consumer('billing'), {
+ *   filter: { errorClass: 'HttpError', since: new Date(Date.now() - 3_600_000) },
+ *   ratePerSecond: 50,
+ * });
+ * console.log(`${result.replayed} replayed`);
+ */
+export async function replayParked(model: amqp.ChannelModel, target: ParkedTarget, options: ReplayOptions = {}): Promise<ReplayResult> {
+  const rate = options.ratePerSecond;
+  if (rate !== undefined && (!Number.isFinite(rate) || rate <= 0 || rate > 1_000_000)) {
+    throw new InvalidOptionError('ratePerSecond', `${rate} is not a rate above 0 and at most 1000000 per second`);
+  }
+  const dryRun = options.dryRun ?? false;
+  const now = options.now ?? (() => new Date());
+  if (!dryRun) await checkQueueExists(model, target.queue);
+  const started = Date.now();
+  let firstPublish: number | undefined;
+  let published = 0;
+  let scanned = 0;
+  let total = 0;
+  const report = (matched: number) => {
+    options.onProgress?.({ total, scanned, matched, published, elapsedMs: Date.now() - started, limit: options.limit });
+  };
+  const { visit: matchVisit, state } = matcher(options, async (m, last) => {
+    options.onMatch?.(m);
+    if (dryRun) return last ? KEEP_AND_STOP : KEEP;
+    if (rate !== undefined) {
+      firstPublish ??= Date.now();
+      await sleep(firstPublish + (published * 1000) / rate - Date.now(), options.signal);
+      if (options.signal?.aborted) return KEEP_AND_STOP;
+    }
+    firstPublish ??= Date.now();
+    published += 1;
+    const headers = replayHeaders(m, now());
+    return {
+      action: 'move',
+      to: { exchange: '', routingKey: target.queue, content: m.content, properties: copyProperties(m.properties, headers) },
+      stop: last,
+    };
+  });
+  const visit = async (m: ParkedMessage): Promise<Verdict> => {
+    scanned = m.position;
+    const verdict = await matchVisit(m);
+    report(state.matched);
+    return verdict;
+  };
+  const rest = { ...options };
+  delete rest.onProgress;
+  delete rest.onMatch;
+  delete rest.now;
+  delete rest.ratePerSecond;
+  delete rest.dryRun;
+  const onStart = options.onStart;
+  const result = await walkParked(model, target.parkedQueue, visit, {
+    ...walkOptions(target, rest),
+    onStart: (n) => {
+      total = n;
+      onStart?.(n);
+    },
+  });
+  const elapsedMs = Date.now() - started;
+  const span = firstPublish === undefined ? 0 : Date.now() - firstPublish;
+  return {
+    ...result,
+    consumer: target.name,
+    matched: state.matched,
+    limitReached: state.limitReached,
+    targetQueue: target.queue,
+    dryRun,
+    replayed: result.moved,
+    elapsedMs,
+    ratePerSecond: span > 0 ? (result.moved * 1000) / span : 0,
+  };
+}
+
+/** Options of {@link purgeParked}. */
+export type PurgeOptions = ParkedOperationOptions;
+
+/**
+ * Deletes matching parked messages (acknowledges them); the others stay, in their order.
+ * With a `limit`, deletes at most that many, from the head.
+ */
+export async function purgeParked(model: amqp.ChannelModel, target: ParkedTarget, options: PurgeOptions = {}): Promise<ParkedOperationResult> {
+  const { visit, state } = matcher(options, (_m, last) => ({ action: 'remove', stop: last }));
+  const result = await walkParked(model, target.parkedQueue, visit, walkOptions(target, options));
+  return { ...result, consumer: target.name, matched: state.matched, limitReached: state.limitReached };
+}
+
+/** One exported parked message: a JSON line of {@link exportParked}. */
+export interface ExportRecord {
+  readonly position: number;
+  readonly messageId: string | null;
+  readonly consumer: string | null;
+  readonly exchange: string | null;
+  readonly routingKey: string;
+  readonly failure: {
+    readonly errorClass: string | null;
+    readonly message: string | null;
+    readonly stack: string | null;
+    readonly attempts: number | null;
+    readonly reason: string | null;
+    readonly firstFailedAt: string | null;
+    readonly lastFailedAt: string | null;
+    readonly parkedAt: string | null;
+    readonly fingerprint: string;
+  };
+  readonly replays: number;
+  readonly properties: Readonly<Record<string, unknown>>;
+  readonly headers: Readonly<Record<string, unknown>>;
+  /** The body: parsed JSON when it is JSON, else a string when it is UTF-8 text, else `null` (see `bodyBase64`). */
+  readonly body: unknown;
+  readonly bodyEncoding: 'json' | 'text' | 'base64';
+  readonly bodyBase64?: string;
+}
+
+/** The export record of one message. Pure. */
+export function exportRecord(m: ParkedMessage): ExportRecord {
+  const body = decodeBody(m.content);
+  const { headers: _h, ...props } = m.properties;
+  return {
+    position: m.position,
+    messageId: m.messageId ?? null,
+    consumer: m.consumer ?? null,
+    exchange: m.exchange ?? null,
+    routingKey: m.routingKey,
+    failure: {
+      errorClass: m.errorClass ?? null,
+      message: m.errorMessage ?? null,
+      stack: m.errorStack ?? null,
+      attempts: m.attempts ?? null,
+      reason: m.reason ?? null,
+      firstFailedAt: m.firstFailedAt?.toISOString() ?? null,
+      lastFailedAt: m.lastFailedAt?.toISOString() ?? null,
+      parkedAt: m.parkedAt?.toISOString() ?? null,
+      fingerprint: m.fingerprint,
+    },
+    replays: m.replays,
+    properties: plainValue(Object.fromEntries(Object.entries(props).filter(([, v]) => v !== undefined && v !== null))) as Record<string, unknown>,
+    headers: plainValue(m.headers) as Record<string, unknown>,
+    ...(body.kind === 'json'
+      ? { body: body.value, bodyEncoding: 'json' as const }
+      : body.kind === 'text'
+        ? { body: body.text, bodyEncoding: 'text' as const }
+        : { body: null, bodyEncoding: 'base64' as const, bodyBase64: body.base64 }),
+  };
+}
+
+/** Options of {@link exportParked}. */
+export interface ExportOptions extends ParkedOperationOptions {
+  /** Receives one JSON line (with its newline) per matching message, in queue order. */
+  write: (line: string) => void | Promise<void>;
+}
+
+/** Writes matching parked messages as JSON lines ({@link ExportRecord}); the queue is left as it was. */
+export async function exportParked(model: amqp.ChannelModel, target: ParkedTarget, options: ExportOptions): Promise<ParkedOperationResult> {
+  const { write, ...rest } = options;
+  return browseParked(model, target, {
+    ...rest,
+    onMessage: async (m) => {
+      await write(`${JSON.stringify(exportRecord(m))}\n`);
+    },
+  });
+}

@@ -1,0 +1,144 @@
+import { describe, expect, it } from 'vitest';
+import { HEADER } from '../headers.js';
+import { testTopology } from '../../test/helpers.js';
+import { QueueNotFoundError } from './errors.js';
+import { browseParked, listParked, purgeParked, replayParked } from './operations.js';
+import { walkParked } from './reader.js';
+import { declared, failures, peekIds, publishParked, takeAll } from './testing/fixtures.js';
+
+function topologyOf(queueType: 'classic' | 'quorum') {
+  return testTopology(({ exchange, name }) => ({
+    exchange,
+    queueType,
+    retry: { delays: [20], maxAttempts: 2 },
+    consumers: { billing: { queue: name('billing'), bindings: ['order.*'] } },
+  }));
+}
+
+describe.each(['classic', 'quorum'] as const)('parked queue walks on a %s queue', (queueType) => {
+  it('lists every message without removing or reordering any, twice over', async () => {
+    const topology = topologyOf(queueType);
+    const billing = topology.consumer('billing');
+    const conn = await declared(topology);
+    const ids = await publishParked(conn, topology, billing, failures(30));
+
+    const first = await listParked(conn, billing);
+    expect(first.messages.map((m) => m.messageId)).toEqual(ids);
+    expect(first.messages.map((m) => m.position)).toEqual(ids.map((_, i) => i + 1));
+    expect(first).toMatchObject({ total: 30, scanned: 30, kept: 30, stopReason: 'end', notExamined: 0 });
+    const second = await listParked(conn, billing);
+    expect(second.messages.map((m) => m.messageId)).toEqual(ids);
+    expect((await takeAll(conn, billing.parkedQueue)).map((m) => m.properties.messageId)).toEqual(ids);
+  });
+
+  it('keeps the order when it stops early (a limit), leaving the rest untouched', async () => {
+    const topology = topologyOf(queueType);
+    const billing = topology.consumer('billing');
+    const conn = await declared(topology);
+    const ids = await publishParked(conn, topology, billing, failures(12));
+
+    const result = await listParked(conn, billing, { limit: 4 });
+    expect(result.messages.map((m) => m.messageId)).toEqual(ids.slice(0, 4));
+    expect(result).toMatchObject({ stopReason: 'stopped', scanned: 4, notExamined: 8, limitReached: true });
+    expect(await peekIds(conn, billing.parkedQueue)).toEqual(ids);
+  });
+
+  it('replays only the matching messages; the others stay parked in their order', async () => {
+    const topology = topologyOf(queueType);
+    const billing = topology.consumer('billing');
+    const conn = await declared(topology);
+    const ids = await publishParked(conn, topology, billing, failures(21, (i) => (i % 3 === 0 ? { errorClass: 'TimeoutError', message: `timed out after ${i} ms` } : {})));
+    const matching = ids.filter((_, i) => i % 3 === 0);
+    const others = ids.filter((_, i) => i % 3 !== 0);
+
+    const result = await replayParked(conn, billing, { filter: { errorClass: 'TimeoutError' } });
+    expect(result).toMatchObject({ matched: 7, replayed: 7, kept: 14, failed: [] });
+    expect((await takeAll(conn, billing.queue)).map((m) => m.properties.messageId)).toEqual(matching);
+    expect((await takeAll(conn, billing.parkedQueue)).map((m) => m.properties.messageId)).toEqual(others);
+  });
+
+  it('purges only the matching messages, keeping the order of the rest', async () => {
+    const topology = topologyOf(queueType);
+    const billing = topology.consumer('billing');
+    const conn = await declared(topology);
+    const ids = await publishParked(conn, topology, billing, failures(10, (i) => ({ routingKey: i < 5 ? 'order.created' : 'order.cancelled' })));
+
+    const result = await purgeParked(conn, billing, { filter: { routingKey: 'order.cancelled' } });
+    expect(result).toMatchObject({ matched: 5, removed: 5, kept: 5 });
+    expect((await takeAll(conn, billing.parkedQueue)).map((m) => m.properties.messageId)).toEqual(ids.slice(0, 5));
+  });
+
+  it('survives many reads (RabbitMQ 4 drops a quorum message requeued 20 times)', async () => {
+    // A parked queue has no dead-letter target, so a message past the delivery limit is gone.
+    const topology = topologyOf(queueType);
+    const billing = topology.consumer('billing');
+    const conn = await declared(topology);
+    const ids = await publishParked(conn, topology, billing, failures(6));
+    for (let pass = 0; pass < 25; pass++) {
+      const r = await listParked(conn, billing, pass % 2 === 0 ? {} : { limit: 2 });
+      expect(r.messages[0]?.messageId, `pass ${pass}`).toBe(ids[0]);
+    }
+    const later = await publishParked(conn, topology, billing, failures(4, (i) => ({ id: `late-${i}` })));
+    const partial = await listParked(conn, billing, { limit: 2 });
+    expect(partial.messages.map((m) => m.messageId)).toEqual(ids.slice(0, 2));
+    // A quorum queue is rewritten in order (kept messages, then the unexamined rest); a classic one is not touched.
+    expect(partial.rewritten).toBe(queueType === 'quorum' ? 10 : 0);
+    const all = await takeAll(conn, billing.parkedQueue);
+    expect(all.map((m) => m.properties.messageId)).toEqual([...ids, ...later]);
+    // A copy keeps the headers and body; only the broker's count starts again.
+    expect(all[0]?.properties.headers?.[HEADER.errorClass]).toBe('HttpError');
+    expect(JSON.parse(all[0]?.content.toString() ?? 'null')).toEqual({ n: 1 });
+  });
+
+  it('puts back a large read in order', async () => {
+    const topology = topologyOf(queueType);
+    const billing = topology.consumer('billing');
+    const conn = await declared(topology);
+    const ids = await publishParked(conn, topology, billing, failures(600));
+    const result = await listParked(conn, billing, { limit: 450 });
+    expect(result.messages.map((m) => m.messageId)).toEqual(ids.slice(0, 450));
+    expect((await takeAll(conn, billing.parkedQueue)).map((m) => m.properties.messageId)).toEqual(ids);
+  });
+
+  it('names a missing parked queue', async () => {
+    const topology = topologyOf(queueType);
+    const conn = await declared(topology);
+    await expect(walkParked(conn, 'wt.no-such-queue.parked', () => ({ action: 'keep' }))).rejects.toThrow(QueueNotFoundError);
+    // The connection is still usable afterwards.
+    expect(await peekIds(conn, topology.consumer('billing').parkedQueue)).toEqual([]);
+  });
+});
+
+describe('a walk of a classic queue holding many messages', () => {
+  it('stops at maxHeld, says how many it did not examine, and keeps the order', async () => {
+    const topology = topologyOf('classic');
+    const billing = topology.consumer('billing');
+    const conn = await declared(topology);
+    const ids = await publishParked(conn, topology, billing, failures(20));
+    const seen: string[] = [];
+    const result = await browseParked(conn, billing, { maxHeld: 5, onMessage: (m) => void seen.push(m.messageId ?? '') });
+    expect(result).toMatchObject({ stopReason: 'max-held', scanned: 5, notExamined: 15 });
+    expect(seen).toEqual(ids.slice(0, 5));
+    // Replaying everything holds nothing, so maxHeld does not stop it.
+    const replay = await replayParked(conn, billing, { maxHeld: 5 });
+    expect(replay).toMatchObject({ replayed: 20, stopReason: 'end' });
+  });
+
+  it('does not take a message parked again during the walk a second time', async () => {
+    const topology = topologyOf('classic');
+    const billing = topology.consumer('billing');
+    const conn = await declared(topology);
+    await publishParked(conn, topology, billing, failures(5));
+    let extra = 0;
+    const result = await browseParked(conn, billing, {
+      onMessage: async () => {
+        if (extra < 3) {
+          extra += 1;
+          await publishParked(conn, topology, billing, [{ id: `arrived-${extra}` }]);
+        }
+      },
+    });
+    expect(result).toMatchObject({ total: 5, scanned: 5 });
+    expect(await peekIds(conn, billing.parkedQueue)).toEqual(['m-00001', 'm-00002', 'm-00003', 'm-00004', 'm-00005', 'arrived-1', 'arrived-2', 'arrived-3']);
+  });
+});
