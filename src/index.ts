@@ -18,3 +18,4 @@ export { consoleLogger, silentLogger, type Logger } from './logger.js';
 export * from './errors.js';
 export * from './park/index.js';
 export * from './store/index.js';
+export * from './status/index.js';

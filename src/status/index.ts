@@ -1,0 +1,174 @@
+import type * as amqp from 'amqplib';
+import type { ManagementClient, QueueInfo } from '../management/client.js';
+import type { ConsumerTopology, Topology } from '../topology/declaration.js';
+
+/** One queue's state. Fields the source cannot tell are `undefined`. */
+export interface QueueState {
+  readonly name: string;
+  readonly exists: boolean;
+  /** Messages ready for delivery. */
+  readonly ready: number | undefined;
+  /** Messages delivered and not yet acknowledged (management API only). */
+  readonly unacked: number | undefined;
+  /** Consumers attached. */
+  readonly consumers: number | undefined;
+  /** Redeliveries per second (management API only; absent until the queue has traffic). */
+  readonly redeliverRate: number | undefined;
+}
+
+/** A retry tier: a queue and its delay. */
+export interface RetryTierState extends QueueState {
+  readonly delayMs: number;
+}
+
+/** The queues of one consumer. */
+export interface ConsumerState {
+  readonly consumer: string;
+  readonly work: QueueState;
+  readonly retries: readonly RetryTierState[];
+  readonly parked: QueueState;
+}
+
+/** Something an operator must look at. */
+export interface StatusProblem {
+  readonly consumer: string;
+  readonly queue: string;
+  /** `parked`: messages are parked; `no-consumer`: a work queue has messages and no consumer; `missing-queue`: a declared queue does not exist. */
+  readonly kind: 'parked' | 'no-consumer' | 'missing-queue';
+  readonly message: string;
+}
+
+/** What {@link readStatus} found. */
+export interface StatusReport {
+  /** Where the figures came from. */
+  readonly source: 'management' | 'amqp';
+  /** Why the management API was not used, when it was not. */
+  readonly managementUnavailable: string | undefined;
+  /** Figures the source could not give (empty with the management API). */
+  readonly missing: readonly string[];
+  readonly consumers: readonly ConsumerState[];
+  readonly problems: readonly StatusProblem[];
+  /** True when there is no problem. */
+  readonly ok: boolean;
+}
+
+/** Options of {@link readStatus}. */
+export interface StatusOptions {
+  /** Used when it answers; otherwise depths and consumer counts come from AMQP. */
+  management?: ManagementClient;
+  /** Only these consumers. @default every consumer of the topology */
+  consumers?: readonly string[];
+}
+
+const AMQP_MISSING = ['unacknowledged counts', 'redelivery rates'] as const;
+
+function fromInfo(name: string, info: QueueInfo | undefined): QueueState {
+  if (!info) return { name, exists: false, ready: undefined, unacked: undefined, consumers: undefined, redeliverRate: undefined };
+  return {
+    name,
+    exists: true,
+    ready: info.messages_ready ?? 0,
+    unacked: info.messages_unacknowledged ?? 0,
+    consumers: info.consumers ?? 0,
+    redeliverRate: info.message_stats?.redeliver_details?.rate,
+  };
+}
+
+async function byManagement(api: ManagementClient, consumers: readonly ConsumerTopology[]): Promise<ConsumerState[]> {
+  const all = new Map((await api.queues()).map((q) => [q.name, q]));
+  return consumers.map((c) => ({
+    consumer: c.name,
+    work: fromInfo(c.queue, all.get(c.queue)),
+    retries: c.retryQueues.map((q, i) => ({ ...fromInfo(q, all.get(q)), delayMs: c.delaysMs[i] as number })),
+    parked: fromInfo(c.parkedQueue, all.get(c.parkedQueue)),
+  }));
+}
+
+async function byAmqp(model: amqp.ChannelModel, consumers: readonly ConsumerTopology[]): Promise<ConsumerState[]> {
+  let ch: amqp.Channel | undefined;
+  const open = async () => {
+    const c = await model.createChannel();
+    c.on('error', () => undefined);
+    return c;
+  };
+  const check = async (name: string): Promise<QueueState> => {
+    ch ??= await open();
+    try {
+      const ok = await ch.checkQueue(name);
+      return { name, exists: true, ready: ok.messageCount, unacked: undefined, consumers: ok.consumerCount, redeliverRate: undefined };
+    } catch (error) {
+      // A 404 closes the channel; the next check opens another.
+      ch = undefined;
+      if (typeof error === 'object' && error !== null && (error as { code?: unknown }).code === 404) {
+        return { name, exists: false, ready: undefined, unacked: undefined, consumers: undefined, redeliverRate: undefined };
+      }
+      throw error;
+    }
+  };
+  try {
+    const out: ConsumerState[] = [];
+    for (const c of consumers) {
+      const work = await check(c.queue);
+      const retries: RetryTierState[] = [];
+      for (const [i, q] of c.retryQueues.entries()) retries.push({ ...(await check(q)), delayMs: c.delaysMs[i] as number });
+      out.push({ consumer: c.name, work, retries, parked: await check(c.parkedQueue) });
+    }
+    return out;
+  } finally {
+    const last = ch as amqp.Channel | undefined;
+    await last?.close().catch(() => undefined);
+  }
+}
+
+function plural(n: number, word: string): string {
+  return `${n} ${word}${n === 1 ? '' : 's'}`;
+}
+
+/**
+ * The problems an on-call engineer must see: anything parked, a work queue with
+ * messages and no consumer (a broken deploy), a declared queue that does not exist. Pure.
+ */
+export function findProblems(consumers: readonly ConsumerState[]): StatusProblem[] {
+  const problems: StatusProblem[] = [];
+  for (const c of consumers) {
+    for (const q of [c.work, ...c.retries, c.parked]) {
+      if (!q.exists) problems.push({ consumer: c.consumer, queue: q.name, kind: 'missing-queue', message: `queue ${q.name} does not exist; declare the topology (warren topology apply)` });
+    }
+    const parked = (c.parked.ready ?? 0) + (c.parked.unacked ?? 0);
+    if (parked > 0) problems.push({ consumer: c.consumer, queue: c.parked.name, kind: 'parked', message: `${plural(parked, 'message')} parked; see warren parked list ${c.consumer}` });
+    const waiting = (c.work.ready ?? 0) + (c.work.unacked ?? 0);
+    if (c.work.exists && waiting > 0 && c.work.consumers === 0) {
+      problems.push({ consumer: c.consumer, queue: c.work.name, kind: 'no-consumer', message: `${plural(waiting, 'message')} in ${c.work.name} and no consumer attached` });
+    }
+  }
+  return problems;
+}
+
+/**
+ * Reads the state of every consumer's queues: work queue ready and unacknowledged,
+ * consumers attached, redelivery rate, each retry tier's depth and the parked depth.
+ * Uses the management API when it answers; without it, depths and consumer counts
+ * come from AMQP (a passive declare per queue) and the report says what is missing.
+ *
+ * @example
+ * const report = await readStatus(model, topology, { management: new ManagementClient() });
+ * if (!report.ok) for (const p of report.problems) console.error(p.message);
+ */
+export async function readStatus(model: amqp.ChannelModel, topology: Topology, options: StatusOptions = {}): Promise<StatusReport> {
+  const consumers = (options.consumers ?? [...topology.consumers.keys()]).map((name) => topology.consumer(name));
+  let managementUnavailable: string | undefined;
+  if (options.management) {
+    try {
+      const states = await byManagement(options.management, consumers);
+      const problems = findProblems(states);
+      return { source: 'management', managementUnavailable: undefined, missing: [], consumers: states, problems, ok: problems.length === 0 };
+    } catch (error) {
+      managementUnavailable = error instanceof Error ? error.message : String(error);
+    }
+  } else {
+    managementUnavailable = 'no management API was given';
+  }
+  const states = await byAmqp(model, consumers);
+  const problems = findProblems(states);
+  return { source: 'amqp', managementUnavailable, missing: [...AMQP_MISSING], consumers: states, problems, ok: problems.length === 0 };
+}
