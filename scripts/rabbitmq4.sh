@@ -122,7 +122,16 @@ run_step() {
   shift
   started=$(date +%s)
   log "$what ..."
-  ( while sleep 30; do log "  ... $what, $(( $(date +%s) - started ))s so far"; done ) &
+  # The heartbeat must neither keep the lock (fd 9) nor leave a sleep behind
+  # holding our stdout open, so it closes 9 and kills its sleep on TERM.
+  (
+    trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+    while :; do
+      sleep 30 & nap=$!
+      wait "$nap"
+      log "  ... $what, $(( $(date +%s) - started ))s so far"
+    done
+  ) 9>&- &
   HEARTBEAT=$!
   local rc=0
   "$@" >>"$LOG" 2>&1 || rc=$?
