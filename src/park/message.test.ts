@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { HEADER } from '../headers.js';
 import { exportRecord } from './operations.js';
-import { attemptHistory, copyProperties, decodeBody, groupParked, replayHeaders, summarize, toParkedMessage, type ParkedMessage } from './message.js';
+import { attemptHistory, copyProperties, decodeBody, groupParked, plainValue, replayHeaders, summarize, toParkedMessage, type ParkedMessage } from './message.js';
 
 function parked(headers: Record<string, unknown>, extra: { messageId?: string; routingKey?: string; content?: Buffer; position?: number } = {}): ParkedMessage {
   return toParkedMessage(
@@ -29,7 +29,8 @@ const warrenParked = {
   [HEADER.redeliveries]: 2,
   'x-death': [
     { queue: 'billing.retry.1m', reason: 'expired', count: 4, exchange: '', 'routing-keys': ['billing.retry.1m'], time: 1_772_359_800 },
-    { queue: 'billing.retry.5s', reason: 'expired', count: 1, exchange: '', 'routing-keys': ['billing.retry.5s'], time: 1_772_359_205 },
+    // amqplib decodes AMQP timestamps as typed values.
+    { queue: 'billing.retry.5s', reason: 'expired', count: 1, exchange: '', 'routing-keys': ['billing.retry.5s'], time: { '!': 'timestamp', value: 1_772_359_205 } },
   ],
   'x-first-death-queue': 'billing.retry.5s',
   'x-delivery-count': 4,
@@ -105,10 +106,16 @@ describe('attemptHistory', () => {
   it('tells the story oldest first', () => {
     const events = attemptHistory(parked({ ...warrenParked, [HEADER.replays]: 1, [HEADER.replayedAt]: '2026-02-28T00:00:00Z' }));
     expect(events.map((e) => e.event)).toEqual(['first-failure', 'retry-wait', 'retry-wait', 'last-failure', 'parked', 'replayed']);
-    expect(events[1]?.detail).toMatch(/billing\.retry\.5s once/);
+    expect(events[1]?.detail).toMatch(/billing\.retry\.5s once \(last at 2026-03-01T10:00:05\.000Z\)/);
     expect(events[2]?.detail).toMatch(/billing\.retry\.1m 4 times/);
     expect(events[3]?.detail).toBe('attempt 6 failed: HttpError: carrier 503');
     expect(events[4]?.detail).toBe('parked: max-attempts after 6 attempts');
+  });
+});
+
+describe('plainValue', () => {
+  it('turns typed AMQP values, buffers and big integers into plain JSON', () => {
+    expect(plainValue({ time: { '!': 'timestamp', value: 1_772_359_205 }, n: 5n, b: Buffer.from('hi'), raw: Buffer.from([0xff]) })).toEqual({ time: '2026-03-01T10:00:05.000Z', n: 5, b: 'hi', raw: { base64: '/w==' } });
   });
 });
 

@@ -83,9 +83,18 @@ function int(value: unknown): number | undefined {
   return Number.isSafeInteger(n) && n >= 0 ? n : undefined;
 }
 
-/** Reads an ISO string, or an AMQP timestamp (seconds), as a date. */
+/** amqplib decodes some AMQP field types as `{ '!': type, value }`, e.g. timestamps. */
+function typedValue(value: unknown): { type: string; value: unknown } | undefined {
+  if (typeof value !== 'object' || value === null || Buffer.isBuffer(value) || Array.isArray(value)) return undefined;
+  const v = value as Record<string, unknown>;
+  return typeof v['!'] === 'string' && 'value' in v ? { type: v['!'], value: v['value'] } : undefined;
+}
+
+/** Reads an ISO string, or an AMQP timestamp (seconds, plain or typed), as a date. */
 export function asDate(value: unknown): Date | undefined {
   let d: Date | undefined;
+  const typed = typedValue(value);
+  if (typed) return asDate(typeof typed.value === 'bigint' ? Number(typed.value) : typed.value);
   if (typeof value === 'string' && value) d = new Date(value);
   else if (typeof value === 'number' && Number.isFinite(value)) d = new Date(value * 1000);
   else if (value instanceof Date) d = value;
@@ -114,7 +123,8 @@ export function deathRecords(headers: Readonly<Record<string, unknown>>): DeathR
     const reason = str(e['reason']);
     if (queue === undefined || reason === undefined) continue;
     const keys = Array.isArray(e['routing-keys']) ? (e['routing-keys'] as unknown[]).map(str).filter((k): k is string => k !== undefined) : [];
-    out.push({ queue, reason, count: int(e['count']) ?? 1, exchange: str(e['exchange']), routingKeys: keys, time: asDate(e['time']) });
+    const countValue = typedValue(e['count'])?.value ?? e['count'];
+    out.push({ queue, reason, count: int(countValue) ?? 1, exchange: str(e['exchange']), routingKeys: keys, time: asDate(e['time']) });
   }
   return out;
 }
@@ -203,6 +213,8 @@ export function decodeBody(content: Buffer): DecodedBody {
 
 /** Header values made JSON-friendly: buffers as text (or base64), big integers as numbers, dates as ISO. */
 export function plainValue(value: unknown): unknown {
+  const typed = typedValue(value);
+  if (typed) return typed.type === 'timestamp' ? (asDate(typed.value)?.toISOString() ?? plainValue(typed.value)) : plainValue(typed.value);
   if (Buffer.isBuffer(value)) {
     const text = value.toString('utf8');
     return Buffer.from(text, 'utf8').equals(value) ? text : { base64: value.toString('base64') };

@@ -133,7 +133,7 @@ export interface ReplayResult extends ParkedOperationResult {
   /** Copies confirmed and their originals acknowledged (0 on a dry run). */
   readonly replayed: number;
   readonly elapsedMs: number;
-  /** Replayed messages per second, from the first publish to the last confirm. */
+  /** Replayed messages per second, from the first publish to the last confirm (intervals between messages per second). */
   readonly ratePerSecond: number;
 }
 
@@ -233,7 +233,9 @@ export async function replayParked(model: amqp.ChannelModel, target: ParkedTarge
     },
   });
   const elapsedMs = Date.now() - started;
+  // n publishes paced at r per second span n - 1 intervals: count intervals, not messages.
   const span = firstPublish === undefined ? 0 : Date.now() - firstPublish;
+  const intervals = result.moved > 1 ? result.moved - 1 : result.moved;
   return {
     ...result,
     consumer: target.name,
@@ -243,7 +245,7 @@ export async function replayParked(model: amqp.ChannelModel, target: ParkedTarge
     dryRun,
     replayed: result.moved,
     elapsedMs,
-    ratePerSecond: span > 0 ? (result.moved * 1000) / span : 0,
+    ratePerSecond: span > 0 ? (intervals * 1000) / span : 0,
   };
 }
 

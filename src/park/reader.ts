@@ -253,7 +253,7 @@ class Walk {
           this.removed += 1;
         } else await this.move(m, position, verdict.to);
         if (verdict.stop) {
-          stopReason = 'stopped';
+          stopReason = this.s.signal?.aborted ? 'aborted' : 'stopped';
           break;
         }
       }

@@ -40,7 +40,7 @@ export interface StatusProblem {
 
 /** What {@link readStatus} found. */
 export interface StatusReport {
-  /** Where the figures came from. */
+  /** `management` when the management API added its figures to the live AMQP reading; `amqp` when it did not answer. */
   readonly source: 'management' | 'amqp';
   /** Why the management API was not used, when it was not. */
   readonly managementUnavailable: string | undefined;
@@ -54,7 +54,7 @@ export interface StatusReport {
 
 /** Options of {@link readStatus}. */
 export interface StatusOptions {
-  /** Used when it answers; otherwise depths and consumer counts come from AMQP. */
+  /** Adds unacknowledged counts and redelivery rates when it answers. */
   management?: ManagementClient;
   /** Only these consumers. @default every consumer of the topology */
   consumers?: readonly string[];
@@ -62,25 +62,18 @@ export interface StatusOptions {
 
 const AMQP_MISSING = ['unacknowledged counts', 'redelivery rates'] as const;
 
-function fromInfo(name: string, info: QueueInfo | undefined): QueueState {
-  if (!info) return { name, exists: false, ready: undefined, unacked: undefined, consumers: undefined, redeliverRate: undefined };
-  return {
-    name,
-    exists: true,
-    ready: info.messages_ready ?? 0,
-    unacked: info.messages_unacknowledged ?? 0,
-    consumers: info.consumers ?? 0,
-    redeliverRate: info.message_stats?.redeliver_details?.rate,
-  };
+/** Adds what only the management API knows (unacknowledged count, redelivery rate) to a live AMQP reading. */
+function withInfo(q: QueueState, info: QueueInfo | undefined): QueueState {
+  if (!q.exists || !info) return q;
+  return { ...q, unacked: info.messages_unacknowledged ?? 0, redeliverRate: info.message_stats?.redeliver_details?.rate };
 }
 
-async function byManagement(api: ManagementClient, consumers: readonly ConsumerTopology[]): Promise<ConsumerState[]> {
-  const all = new Map((await api.queues()).map((q) => [q.name, q]));
-  return consumers.map((c) => ({
-    consumer: c.name,
-    work: fromInfo(c.queue, all.get(c.queue)),
-    retries: c.retryQueues.map((q, i) => ({ ...fromInfo(q, all.get(q)), delayMs: c.delaysMs[i] as number })),
-    parked: fromInfo(c.parkedQueue, all.get(c.parkedQueue)),
+function overlay(states: readonly ConsumerState[], all: ReadonlyMap<string, QueueInfo>): ConsumerState[] {
+  return states.map((c) => ({
+    consumer: c.consumer,
+    work: withInfo(c.work, all.get(c.work.name)),
+    retries: c.retries.map((r) => ({ ...withInfo(r, all.get(r.name)), delayMs: r.delayMs })),
+    parked: withInfo(c.parked, all.get(c.parked.name)),
   }));
 }
 
@@ -147,8 +140,10 @@ export function findProblems(consumers: readonly ConsumerState[]): StatusProblem
 /**
  * Reads the state of every consumer's queues: work queue ready and unacknowledged,
  * consumers attached, redelivery rate, each retry tier's depth and the parked depth.
- * Uses the management API when it answers; without it, depths and consumer counts
- * come from AMQP (a passive declare per queue) and the report says what is missing.
+ * Depths, consumer counts and existence are read live over AMQP (a passive declare per
+ * queue); the management API, when it answers, adds unacknowledged counts and
+ * redelivery rates (its figures lag by its stats interval, 5 s by default). Without it
+ * the report says what is missing.
  *
  * @example
  * const report = await readStatus(model, topology, { management: new ManagementClient() });
@@ -156,19 +151,20 @@ export function findProblems(consumers: readonly ConsumerState[]): StatusProblem
  */
 export async function readStatus(model: amqp.ChannelModel, topology: Topology, options: StatusOptions = {}): Promise<StatusReport> {
   const consumers = (options.consumers ?? [...topology.consumers.keys()]).map((name) => topology.consumer(name));
-  let managementUnavailable: string | undefined;
-  if (options.management) {
-    try {
-      const states = await byManagement(options.management, consumers);
-      const problems = findProblems(states);
-      return { source: 'management', managementUnavailable: undefined, missing: [], consumers: states, problems, ok: problems.length === 0 };
-    } catch (error) {
-      managementUnavailable = error instanceof Error ? error.message : String(error);
-    }
-  } else {
-    managementUnavailable = 'no management API was given';
+  const [live, api] = await Promise.all([
+    byAmqp(model, consumers),
+    options.management
+      ? options.management.queues().then(
+          (queues) => ({ queues: new Map(queues.map((q) => [q.name, q])), error: undefined }),
+          (error: unknown) => ({ queues: undefined, error: error instanceof Error ? error.message : String(error) }),
+        )
+      : Promise.resolve({ queues: undefined, error: 'no management API was given' }),
+  ]);
+  if (api.queues) {
+    const states = overlay(live, api.queues);
+    const problems = findProblems(states);
+    return { source: 'management', managementUnavailable: undefined, missing: [], consumers: states, problems, ok: problems.length === 0 };
   }
-  const states = await byAmqp(model, consumers);
-  const problems = findProblems(states);
-  return { source: 'amqp', managementUnavailable, missing: [...AMQP_MISSING], consumers: states, problems, ok: problems.length === 0 };
+  const problems = findProblems(live);
+  return { source: 'amqp', managementUnavailable: api.error, missing: [...AMQP_MISSING], consumers: live, problems, ok: problems.length === 0 };
 }

@@ -1,0 +1,492 @@
+import { createWriteStream, type WriteStream } from 'node:fs';
+import { createInterface } from 'node:readline';
+import { describeFilter, isEmptyFilter, parseFilter, type ParkedFilter } from '../../park/filter.js';
+import { attemptHistory, decodeBody, groupParked, plainValue, summarize, type ParkedMessage } from '../../park/message.js';
+import { browseParked, exportParked, listParked, purgeParked, replayParked, type ParkedOperationResult, type ReplayOptions, type ReplayResult } from '../../park/operations.js';
+import type { ConsumerTopology } from '../../topology/declaration.js';
+import { FILTER_FLAGS, list, MAX_HELD_FLAG, positiveNumber, str, wholeNumber, type FlagSpecs } from '../args.js';
+import { consumerArg, noExtraArgs, type Command, type CommandContext } from '../command.js';
+import { CliError, EXIT, UsageError, type ExitCode } from '../errors.js';
+import { clip, count, plural, Progress, span, table, when, type ProgressState } from '../format.js';
+
+const FILTER_NAMES = { error: '--error', errorClass: '--error-class', since: '--since', until: '--until', messageIds: '--id', routingKey: '--routing-key' };
+
+function filterOf(ctx: CommandContext): ParkedFilter {
+  const v = ctx.values;
+  return parseFilter({ error: str(v, 'error'), errorClass: str(v, 'error-class'), since: str(v, 'since'), until: str(v, 'until'), messageIds: list(v, 'id'), routingKey: str(v, 'routing-key') }, new Date(), FILTER_NAMES);
+}
+
+/** Options shared by every parked command, from flags. */
+function common(ctx: CommandContext): { filter: ParkedFilter; maxHeld?: number; signal: AbortSignal } {
+  const maxHeld = wholeNumber(ctx.values, 'max-held', 1, 10_000_000);
+  return { filter: filterOf(ctx), ...(maxHeld !== undefined ? { maxHeld } : {}), signal: ctx.signal };
+}
+
+function limitOf(ctx: CommandContext): { limit?: number } {
+  const limit = wholeNumber(ctx.values, 'limit', 1);
+  return limit === undefined ? {} : { limit };
+}
+
+/** What a walk did not cover, in words; empty when it covered everything. */
+function coverage(r: ParkedOperationResult): string[] {
+  const lines: string[] = [];
+  if (r.notExamined > 0) {
+    const rest = `${plural(r.notExamined, 'more message')} ${r.notExamined === 1 ? 'was' : 'were'} not examined`;
+    if (r.stopReason === 'max-held') lines.push(`Not everything was scanned: stopped after holding ${count(r.kept + r.failed.length)} messages that stay parked (--max-held); ${rest}. Raise --max-held or narrow the filter.`);
+    else if (r.stopReason === 'stopped' && r.limitReached) lines.push(`Stopped at --limit ${count(r.matched)}; ${rest}.`);
+    else if (r.stopReason === 'aborted') lines.push(`Interrupted; ${rest}.`);
+    else if (r.stopReason === 'unroutable') lines.push(`Stopped because a replayed copy was unroutable; ${rest}.`);
+  }
+  return lines;
+}
+
+function noMatch(ctx: CommandContext, c: ConsumerTopology, filter: ParkedFilter, r: ParkedOperationResult): void {
+  if (r.total === 0) ctx.err(`Nothing is parked for ${c.name} (queue ${c.parkedQueue} is empty).`);
+  else ctx.err(`No parked message of ${c.name} matches ${describeFilter(filter)} (${plural(r.scanned, 'message')} examined).`);
+}
+
+function resultJson(r: ParkedOperationResult) {
+  return {
+    consumer: r.consumer,
+    queue: r.queue,
+    total: r.total,
+    scanned: r.scanned,
+    matched: r.matched,
+    notExamined: r.notExamined,
+    complete: r.notExamined === 0,
+    stopReason: r.stopReason,
+    limitReached: r.limitReached,
+  };
+}
+
+function listRows(messages: readonly ParkedMessage[]): string[][] {
+  return messages.map((m) => [String(m.position), m.messageId ?? '(none)', m.routingKey, m.errorClass ?? m.reason ?? '-', clip(m.errorMessage ?? '', 60), m.attempts === undefined ? '-' : String(m.attempts), when(m.failedAt)]);
+}
+
+function printList(ctx: CommandContext, messages: readonly ParkedMessage[]): void {
+  for (const line of table(['#', 'message id', 'routing key', 'error class', 'error', 'attempts', 'failed at'], listRows(messages), ['right', 'left', 'left', 'left', 'left', 'right', 'left'])) ctx.out(line);
+}
+
+const LIST_FLAGS: FlagSpecs = {
+  ...FILTER_FLAGS,
+  group: { type: 'boolean', label: '--group', help: 'count the messages by failure fingerprint instead of listing them' },
+  limit: { type: 'string', label: '--limit N', help: 'list at most N matching messages, from the head' },
+  ...MAX_HELD_FLAG,
+};
+
+export const parkedList: Command = {
+  path: ['parked', 'list'],
+  usage: 'CONSUMER',
+  summary: 'the parked messages of a consumer, oldest first (nothing is removed)',
+  description: [
+    'Lists the parked messages of CONSUMER in queue order: position, message id, original',
+    'routing key, error class, error message, attempts and when it failed. Nothing is',
+    'removed or reordered: the messages are read and put back.',
+    '',
+    'With --group, counts them by failure fingerprint (error class, message with numbers,',
+    'ids and quoted values masked, first stack frame), with first and last seen.',
+  ].join('\n'),
+  flags: LIST_FLAGS,
+  examples: [
+    'warren parked list billing',
+    'warren parked list billing --group',
+    "warren parked list billing --error-class HttpError --since 2h",
+    "warren parked list billing --error '/carrier (502|503)/' --routing-key 'order.*'",
+    'warren parked list billing --json | jq -r ".messages[].messageId"',
+  ],
+  async run(ctx) {
+    noExtraArgs(ctx, 1, 'parked list');
+    const c = await consumerArg(ctx, 'parked list');
+    const options = { ...common(ctx), ...limitOf(ctx) };
+    const group = ctx.values['group'] === true;
+    const r = await listParked(await ctx.connection(), c, options);
+    if (ctx.json) {
+      ctx.printJson({ ...resultJson(r), ...(group ? { groups: groupParked(r.messages) } : { messages: r.messages.map(summarize) }) });
+      return EXIT.ok;
+    }
+    if (r.messages.length === 0) {
+      noMatch(ctx, c, options.filter, r);
+      for (const line of coverage(r)) ctx.err(line);
+      return EXIT.ok;
+    }
+    if (group) {
+      const groups = groupParked(r.messages);
+      for (const line of table(
+        ['count', 'error class', 'first seen', 'last seen', 'fingerprint', 'example id'],
+        groups.map((g) => [count(g.count), g.errorClass ?? '-', when(g.firstSeen), when(g.lastSeen), clip(g.fingerprint, 80), g.sampleIds[0] ?? '-']),
+        ['right'],
+      ))
+        ctx.out(line);
+    } else printList(ctx, r.messages);
+    ctx.out();
+    const of = isEmptyFilter(options.filter) ? '' : ` matching ${describeFilter(options.filter)}`;
+    ctx.out(`${plural(r.messages.length, 'parked message')}${of}${group ? ` in ${plural(groupParked(r.messages).length, 'group')}` : ''} (${count(r.scanned)} of ${count(r.total)} examined) in ${c.parkedQueue}.`);
+    for (const line of coverage(r)) ctx.out(line);
+    return EXIT.ok;
+  },
+};
+
+function printShow(ctx: CommandContext, c: ConsumerTopology, m: ParkedMessage, total: number): void {
+  ctx.out(`Message ${m.messageId ?? '(no id)'}: position ${m.position} of ${total} in ${c.parkedQueue}`);
+  ctx.out();
+  ctx.out('Failure');
+  const failure: Array<[string, string]> = [
+    ['error class', m.errorClass ?? '-'],
+    ['message', m.errorMessage ?? '-'],
+    ['reason', m.reason ?? '-'],
+    ['attempts', m.attempts === undefined ? '-' : String(m.attempts)],
+    ['first failed', when(m.firstFailedAt)],
+    ['last failed', when(m.lastFailedAt)],
+    ['parked at', when(m.parkedAt)],
+    ['fingerprint', m.fingerprint],
+  ];
+  for (const [k, v] of failure) ctx.out(`  ${`${k}:`.padEnd(14)}${v.replace(/\n/g, '\n' + ' '.repeat(16))}`);
+  if (m.errorStack) {
+    ctx.out('  stack:');
+    for (const frame of m.errorStack.split('\n')) ctx.out(`    ${frame}`);
+  }
+  ctx.out();
+  ctx.out('Attempt history');
+  const history = attemptHistory(m);
+  if (history.length === 0) ctx.out('  (no failure recorded in the headers)');
+  for (const h of history) ctx.out(`  ${h.at ? when(h.at) : '(time unknown)'.padEnd(20)}  ${h.detail}`);
+  ctx.out();
+  ctx.out('Routing');
+  ctx.out(`  exchange:     ${m.exchange ?? '-'}`);
+  ctx.out(`  routing key:  ${m.routingKey}`);
+  ctx.out(`  consumer:     ${m.consumer ?? '-'}`);
+  ctx.out(`  replays:      ${m.replays}${m.replayedAt ? ` (last ${when(m.replayedAt)})` : ''}`);
+  ctx.out();
+  ctx.out('Properties');
+  const { headers: _h, ...props } = m.properties;
+  for (const [k, v] of Object.entries(props)) {
+    if (v === undefined || v === null) continue;
+    const stamp = k === 'timestamp' && typeof v === 'number' ? ` (${when(new Date(v * 1000))})` : '';
+    ctx.out(`  ${k}: ${JSON.stringify(plainValue(v))}${stamp}`);
+  }
+  ctx.out();
+  ctx.out('Headers');
+  for (const [k, v] of Object.entries(m.headers).sort(([a], [b]) => a.localeCompare(b))) {
+    const value = plainValue(v);
+    ctx.out(`  ${k}: ${typeof value === 'string' ? value.replace(/\n/g, '\n    ') : JSON.stringify(value)}`);
+  }
+  ctx.out();
+  const body = decodeBody(m.content);
+  if (body.kind === 'json') {
+    ctx.out(`Body (JSON, ${plural(m.content.length, 'byte')})`);
+    ctx.out(JSON.stringify(body.value, null, 2));
+  } else if (body.kind === 'text') {
+    ctx.out(`Body (text, ${plural(m.content.length, 'byte')})`);
+    ctx.out(body.text);
+  } else {
+    ctx.out(`Body (binary, ${plural(body.bytes, 'byte')}, base64)`);
+    ctx.out(body.base64);
+  }
+}
+
+function showJson(m: ParkedMessage) {
+  const body = decodeBody(m.content);
+  const { headers: _h, ...props } = m.properties;
+  return {
+    ...summarize(m),
+    consumer: m.consumer ?? null,
+    failure: { errorClass: m.errorClass ?? null, message: m.errorMessage ?? null, stack: m.errorStack ?? null, reason: m.reason ?? null, attempts: m.attempts ?? null, firstFailedAt: m.firstFailedAt?.toISOString() ?? null, lastFailedAt: m.lastFailedAt?.toISOString() ?? null, parkedAt: m.parkedAt?.toISOString() ?? null },
+    history: attemptHistory(m).map((h) => ({ at: h.at?.toISOString() ?? null, event: h.event, detail: h.detail })),
+    properties: plainValue(Object.fromEntries(Object.entries(props).filter(([, v]) => v !== undefined && v !== null))),
+    headers: plainValue(m.headers),
+    body: body.kind === 'json' ? body.value : body.kind === 'text' ? body.text : null,
+    bodyEncoding: body.kind === 'binary' ? 'base64' : body.kind,
+    ...(body.kind === 'binary' ? { bodyBase64: body.base64 } : {}),
+  };
+}
+
+export const parkedShow: Command = {
+  path: ['parked', 'show'],
+  usage: 'CONSUMER ID',
+  summary: 'one parked message: every header, the body, the failure and attempt history',
+  description: [
+    'Shows one parked message of CONSUMER in full: the failure (class, message, stack,',
+    'reason), the attempt history (first and last failure, retry tiers waited in,',
+    'parking, earlier replays), routing, properties, every header, and the body (JSON',
+    'pretty-printed). ID is the message id, or #N for the message at position N (as',
+    '`parked list` numbers them), for messages without an id. Nothing is removed.',
+  ].join('\n'),
+  flags: { ...MAX_HELD_FLAG },
+  examples: ['warren parked show billing 0190a1b2-7c3d-7000-8000-00000000002a', 'warren parked show billing "#3"', 'warren parked show billing 0190a1b2-7c3d-7000-8000-00000000002a --json | jq .body'],
+  async run(ctx) {
+    noExtraArgs(ctx, 2, 'parked show');
+    const c = await consumerArg(ctx, 'parked show');
+    const id = ctx.args[1];
+    if (id === undefined || id === '') throw new UsageError('`warren parked show` needs an ID: a message id, or #N for position N (see `warren parked list`).');
+    const position = /^#(\d+)$/.exec(id);
+    const at = position ? Number(position[1]) : undefined;
+    if (at !== undefined && at < 1) throw new UsageError(`ID ${id}: positions start at #1.`);
+    const maxHeld = wholeNumber(ctx.values, 'max-held', 1, 10_000_000);
+    const found: ParkedMessage[] = [];
+    const r = await browseParked(await ctx.connection(), c, {
+      signal: ctx.signal,
+      ...(maxHeld !== undefined ? { maxHeld } : {}),
+      onMessage: (m) => {
+        if (at !== undefined ? m.position === at : m.messageId === id) found.push(m);
+        // A position is unique; an id may be parked more than once, so read on.
+        return at !== undefined && m.position >= at ? 'stop' : undefined;
+      },
+    });
+    if (found.length === 0) {
+      const where = r.total === 0 ? `queue ${c.parkedQueue} is empty` : `${plural(r.scanned, 'message')} examined in ${c.parkedQueue}`;
+      ctx.err(`No parked message of ${c.name} ${at !== undefined ? `at position ${at}` : `with id ${id}`} (${where}).`);
+      for (const line of coverage({ ...r, matched: 0, limitReached: false })) ctx.err(line);
+      return EXIT.failed;
+    }
+    if (ctx.json) {
+      ctx.printJson({ consumer: c.name, queue: c.parkedQueue, total: r.total, messages: found.map(showJson) });
+      return EXIT.ok;
+    }
+    found.forEach((m, i) => {
+      if (i > 0) ctx.out(`\n${'─'.repeat(40)}\n`);
+      printShow(ctx, c, m, r.total);
+    });
+    if (found.length > 1) ctx.out(`\n${found.length} parked messages have the id ${id}.`);
+    return EXIT.ok;
+  },
+};
+
+const REPLAY_FLAGS: FlagSpecs = {
+  ...FILTER_FLAGS,
+  limit: { type: 'string', label: '--limit N', help: 'replay at most N matching messages, from the head' },
+  rate: { type: 'string', label: '--rate N', help: 'at most N messages per second (default: as fast as confirms allow)' },
+  'dry-run': { type: 'boolean', label: '--dry-run', help: 'show what would be replayed; change nothing' },
+  ...MAX_HELD_FLAG,
+};
+
+export const parkedReplay: Command = {
+  path: ['parked', 'replay'],
+  usage: 'CONSUMER',
+  summary: "republish parked messages to the consumer's own queue",
+  description: [
+    "Republishes parked messages of CONSUMER to that consumer's own work queue (through",
+    'the default exchange: no other queue bound to the routing key gets a copy), with the',
+    'same message id and properties, the original routing key kept in warren-routing-key,',
+    'the attempt count reset, and warren-replays / warren-replayed-at recording the replay.',
+    '',
+    'Each copy is confirmed by the broker before its parked original is acknowledged:',
+    'stopped or killed half-way, nothing is lost and at most one message exists twice',
+    '(idempotent consumers absorb it). Messages that do not match the filters stay parked,',
+    'in their order. On a terminal, a progress bar shows the rate and time left.',
+  ].join('\n'),
+  flags: REPLAY_FLAGS,
+  examples: [
+    'warren parked replay billing --dry-run',
+    'warren parked replay billing',
+    'warren parked replay billing --error-class HttpError --since 1h --rate 50',
+    'warren parked replay billing --id 0190a1b2-7c3d-7000-8000-00000000002a',
+    'warren parked replay billing --limit 100 --json',
+  ],
+  async run(ctx) {
+    noExtraArgs(ctx, 1, 'parked replay');
+    const c = await consumerArg(ctx, 'parked replay');
+    const options = { ...common(ctx), ...limitOf(ctx) };
+    const rate = positiveNumber(ctx.values, 'rate', 100_000);
+    const dryRun = ctx.values['dry-run'] === true;
+    const progress = ctx.json || dryRun ? undefined : new Progress(ctx.io.stderr, 'replaying');
+    const noFilter = isEmptyFilter(options.filter);
+    const wouldReplay: ParkedMessage[] = [];
+    const replayOptions: ReplayOptions = { ...options, dryRun };
+    if (rate !== undefined) replayOptions.ratePerSecond = rate;
+    if (dryRun) replayOptions.onMatch = (m) => void wouldReplay.push(m);
+    if (progress) {
+      replayOptions.onProgress = (p) => {
+        const target = noFilter && p.limit !== undefined ? Math.min(p.limit, p.total) : p.total;
+        const done = noFilter && p.limit !== undefined ? p.published : p.scanned;
+        const seconds = p.elapsedMs / 1000;
+        const state: ProgressState = { done, target, rate: seconds > 0 ? done / seconds : 0 };
+        progress.update(noFilter ? state : { ...state, note: `${count(p.published)} replayed` });
+      };
+    }
+    let result: ReplayResult;
+    try {
+      result = await replayParked(await ctx.connection(), c, replayOptions);
+    } finally {
+      progress?.done();
+    }
+    return replaySummary(ctx, c, options.filter, result, wouldReplay);
+  },
+};
+
+function replaySummary(ctx: CommandContext, c: ConsumerTopology, filter: ParkedFilter, r: ReplayResult, wouldReplay: readonly ParkedMessage[]): ExitCode {
+  const interrupted = r.stopReason === 'aborted';
+  const failed = r.failed.length > 0 || r.stopReason === 'unroutable';
+  const code = interrupted ? EXIT.interrupted : failed ? EXIT.failed : EXIT.ok;
+  if (ctx.json) {
+    ctx.printJson({ ...resultJson(r), targetQueue: r.targetQueue, dryRun: r.dryRun, replayed: r.replayed, failed: r.failed, elapsedMs: r.elapsedMs, ratePerSecond: Math.round(r.ratePerSecond * 10) / 10, ...(r.dryRun ? { wouldReplay: wouldReplay.map(summarize) } : {}) });
+    return code;
+  }
+  if (r.matched === 0) {
+    noMatch(ctx, c, filter, r);
+    return code;
+  }
+  if (r.dryRun) {
+    printList(ctx, wouldReplay);
+    ctx.out();
+    ctx.out(`Dry run: ${plural(r.matched, 'message')} would be replayed to queue ${r.targetQueue}; nothing was changed.`);
+  } else {
+    ctx.out(`Replayed ${plural(r.replayed, 'message')} to queue ${r.targetQueue} in ${span(r.elapsedMs)}${r.replayed > 0 ? ` (${count(Math.round(r.ratePerSecond))}/s)` : ''}.`);
+    const stayed = r.total - r.replayed - r.notExamined;
+    if (stayed > 0 && !isEmptyFilter(filter)) ctx.out(`${plural(stayed, 'message')} that did not match stay parked, in their order.`);
+  }
+  for (const f of r.failed.slice(0, 20)) ctx.err(`  not replayed, still parked: ${f.messageId ?? `#${f.position}`}: ${f.error}`);
+  if (r.failed.length > 20) ctx.err(`  … and ${r.failed.length - 20} more.`);
+  for (const line of coverage(r)) ctx.out(line);
+  if (interrupted) ctx.err('Interrupted: what was replayed is confirmed; everything else is still parked.');
+  return code;
+}
+
+const PURGE_FLAGS: FlagSpecs = {
+  ...FILTER_FLAGS,
+  limit: { type: 'string', label: '--limit N', help: 'delete at most N matching messages, from the head' },
+  yes: { type: 'boolean', short: 'y', label: '--yes, -y', help: 'do not ask; required when stdin is not a terminal' },
+  ...MAX_HELD_FLAG,
+};
+
+async function ask(ctx: CommandContext, question: string): Promise<boolean> {
+  const rl = createInterface({ input: ctx.io.stdin, output: ctx.io.stderr });
+  try {
+    const answer = await new Promise<string>((resolve) => {
+      rl.question(question, resolve);
+      rl.once('close', () => resolve(''));
+    });
+    return /^y(es)?$/i.test(answer.trim());
+  } finally {
+    rl.close();
+  }
+}
+
+export const parkedPurge: Command = {
+  path: ['parked', 'purge'],
+  usage: 'CONSUMER',
+  summary: 'delete parked messages (counts them and asks first)',
+  description: [
+    'Deletes parked messages of CONSUMER that match the filters (all of them without',
+    'filters). It counts them first and asks for confirmation; with --yes it does not ask,',
+    'and --yes is required when stdin is not a terminal. At most the counted number is',
+    'deleted, from the head, so messages parked meanwhile are kept. The rest stay in their',
+    'order. Export them first if they may be needed: this cannot be undone.',
+  ].join('\n'),
+  flags: PURGE_FLAGS,
+  examples: ['warren parked purge billing --error-class ValidationError', 'warren parked export billing --until 7d -o old.jsonl && warren parked purge billing --until 7d --yes'],
+  async run(ctx) {
+    noExtraArgs(ctx, 1, 'parked purge');
+    const c = await consumerArg(ctx, 'parked purge');
+    const options = { ...common(ctx), ...limitOf(ctx) };
+    const conn = await ctx.connection();
+    const counted = await browseParked(conn, c, { ...options, onMessage: () => undefined });
+    if (counted.matched === 0) {
+      if (ctx.json) ctx.printJson({ ...resultJson(counted), removed: 0 });
+      else noMatch(ctx, c, options.filter, counted);
+      return EXIT.ok;
+    }
+    const what = `${plural(counted.matched, 'parked message')} of ${c.name}${isEmptyFilter(options.filter) ? '' : ` matching ${describeFilter(options.filter)}`}`;
+    if (ctx.values['yes'] !== true) {
+      if (ctx.io.stdin.isTTY !== true) throw new UsageError(`This would delete ${what}. Pass --yes to confirm: stdin is not a terminal, so warren cannot ask.`);
+      for (const line of coverage(counted)) ctx.err(line);
+      if (!(await ask(ctx, `Delete ${what}? This cannot be undone. [y/N] `))) {
+        ctx.err('Nothing was deleted.');
+        return EXIT.failed;
+      }
+    }
+    const r = await purgeParked(conn, c, { ...options, limit: counted.matched });
+    if (ctx.json) ctx.printJson({ ...resultJson(r), removed: r.removed });
+    else {
+      ctx.out(`Deleted ${plural(r.removed, 'parked message')} of ${c.name} from ${c.parkedQueue}.`);
+      for (const line of coverage(counted)) ctx.out(line);
+    }
+    return r.stopReason === 'aborted' ? EXIT.interrupted : EXIT.ok;
+  },
+};
+
+const EXPORT_FLAGS: FlagSpecs = {
+  ...FILTER_FLAGS,
+  output: { type: 'string', short: 'o', label: '--output FILE, -o FILE', help: 'write to FILE instead of stdout (replaced if it exists)' },
+  limit: { type: 'string', label: '--limit N', help: 'export at most N matching messages, from the head' },
+  ...MAX_HELD_FLAG,
+};
+
+/** Writes to a stream, waiting when its buffer is full; fails on a write error. */
+function writer(stream: NodeJS.WritableStream): { write(line: string): Promise<void>; error(): Error | undefined } {
+  let failure: Error | undefined;
+  stream.on('error', (e: Error) => {
+    failure ??= e;
+  });
+  return {
+    async write(line: string) {
+      if (failure) throw failure;
+      if (!stream.write(line)) {
+        await new Promise<void>((resolve) => {
+          const done = () => {
+            stream.off('drain', done);
+            stream.off('error', done);
+            resolve();
+          };
+          stream.on('drain', done);
+          stream.on('error', done);
+        });
+      }
+      if (failure) throw failure;
+    },
+    error: () => failure,
+  };
+}
+
+export const parkedExport: Command = {
+  path: ['parked', 'export'],
+  usage: 'CONSUMER',
+  summary: 'parked messages as JSON lines (nothing is removed)',
+  description: [
+    'Writes the parked messages of CONSUMER that match the filters as JSON lines, one',
+    'message per line, in queue order: id, routing, the failure, properties, every header',
+    'and the body (parsed when it is JSON, text when UTF-8, else base64 in bodyBase64).',
+    'Nothing is removed. The summary goes to stderr.',
+  ].join('\n'),
+  flags: EXPORT_FLAGS,
+  examples: ['warren parked export billing > billing-parked.jsonl', 'warren parked export billing --error-class HttpError -o http-errors.jsonl', "warren parked export billing | jq -c '{id: .messageId, error: .failure.message}'"],
+  async run(ctx) {
+    noExtraArgs(ctx, 1, 'parked export');
+    const c = await consumerArg(ctx, 'parked export');
+    const options = { ...common(ctx), ...limitOf(ctx) };
+    const file = str(ctx.values, 'output');
+    const conn = await ctx.connection();
+    let stream: NodeJS.WritableStream = ctx.io.stdout;
+    let fileStream: WriteStream | undefined;
+    if (file !== undefined) {
+      if (file === '') throw new UsageError('--output needs a file name.');
+      const s = createWriteStream(file);
+      await new Promise<void>((resolve, reject) => {
+        s.once('open', () => resolve());
+        s.once('error', (e) => reject(new UsageError(`--output: cannot write ${file}: ${e.message}`)));
+      });
+      stream = s;
+      fileStream = s;
+    }
+    const out = writer(stream);
+    let r: ParkedOperationResult;
+    try {
+      r = await exportParked(conn, c, { ...options, write: (line) => out.write(line) });
+    } catch (error) {
+      const e = out.error();
+      if (e && (e as { code?: string }).code === 'EPIPE') return EXIT.ok; // the reader went away (| head)
+      if (e) throw new CliError(`Writing the export failed: ${e.message}`, EXIT.failed);
+      throw error;
+    } finally {
+      if (fileStream) {
+        const f = fileStream;
+        await new Promise<void>((resolve) => f.end(resolve));
+      }
+    }
+    const where = file ?? 'stdout';
+    if (ctx.json && file !== undefined) ctx.printJson({ ...resultJson(r), exported: r.matched, output: file });
+    else if (r.matched === 0) noMatch(ctx, c, options.filter, r);
+    else ctx.err(`Exported ${plural(r.matched, 'parked message')} of ${c.name} to ${where}.`);
+    for (const line of coverage(r)) ctx.err(line);
+    return r.stopReason === 'aborted' ? EXIT.interrupted : EXIT.ok;
+  },
+};

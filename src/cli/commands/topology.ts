@@ -1,0 +1,144 @@
+import { TopologyDriftError, migrationHint, type TopologyDifference } from '../../errors.js';
+import { declareTopology, planTopology, type PlanEntry, type TopologyPlan } from '../../topology/apply.js';
+import { topologySpec } from '../../topology/plan.js';
+import type { Topology } from '../../topology/declaration.js';
+import { noExtraArgs, type Command, type CommandContext } from '../command.js';
+import { EXIT } from '../errors.js';
+import { table } from '../format.js';
+
+/** A value as the broker means it: numbers read from a 406 error text arrive as strings. */
+function show(value: unknown): string {
+  if (value === undefined) return 'not set';
+  if (typeof value === 'string' && /^-?\d+(\.\d+)?$/.test(value)) return value;
+  return JSON.stringify(value);
+}
+
+/** One difference in words: which queue, which argument, both values. */
+export function describeDifference(d: TopologyDifference): string {
+  return `${d.kind} ${d.name}: ${d.argument} is ${show(d.actual)} on the broker, the declaration wants ${show(d.expected)}`;
+}
+
+function method(plan: TopologyPlan): string {
+  return plan.method === 'management' ? 'compared through the management API: every argument' : 'compared through AMQP: the first differing argument of each queue only (the management API did not answer)';
+}
+
+function planRows(plan: TopologyPlan): string[][] {
+  return plan.entries.map((e: PlanEntry) => [e.status, e.kind, e.name, e.differences.map((d) => `${d.argument}: broker ${show(d.actual)}, declared ${show(d.expected)}`).join('; ')]);
+}
+
+function planJson(topology: Topology, plan: TopologyPlan) {
+  return {
+    exchange: topology.exchange,
+    method: plan.method,
+    entries: plan.entries,
+    toCreate: plan.toCreate.map((e) => ({ kind: e.kind, name: e.name })),
+    drift: plan.drift,
+    bindings: topologySpec(topology).bindings,
+  };
+}
+
+async function makePlan(ctx: CommandContext): Promise<{ topology: Topology; plan: TopologyPlan }> {
+  const topology = await ctx.topology();
+  const plan = await planTopology(await ctx.connection(), topology, ctx.management());
+  return { topology, plan };
+}
+
+function printPlan(ctx: CommandContext, topology: Topology, plan: TopologyPlan): void {
+  ctx.out(`Topology of exchange ${topology.exchange} (${method(plan)})`);
+  for (const line of table(['status', 'kind', 'name', 'difference'], planRows(plan))) ctx.out(`  ${line}`);
+  const ok = plan.entries.filter((e) => e.status === 'ok').length;
+  const differs = plan.entries.filter((e) => e.status === 'differs').length;
+  ctx.out();
+  ctx.out(`${plan.toCreate.length} to create, ${differs} differ${differs === 1 ? 's' : ''}, ${ok} as declared. Bindings: ${topologySpec(topology).bindings.length} (declared by apply; never removed).`);
+}
+
+export const topologyPlan: Command = {
+  path: ['topology', 'plan'],
+  usage: '',
+  summary: 'what apply would create, and what differs; changes nothing',
+  description: [
+    'Compares the broker with the topology module: each exchange and queue is "create"',
+    '(missing), "ok", or "differs" (exists with other arguments, each difference named).',
+    'Changes nothing. Uses the management API when it answers (every argument compared),',
+    'else AMQP (the first differing argument of each queue).',
+  ].join('\n'),
+  flags: {},
+  examples: ['warren topology plan --topology dist/topology.js', 'warren topology plan --json | jq .toCreate'],
+  async run(ctx) {
+    noExtraArgs(ctx, 0, 'topology plan');
+    const { topology, plan } = await makePlan(ctx);
+    if (ctx.json) ctx.printJson(planJson(topology, plan));
+    else printPlan(ctx, topology, plan);
+    return EXIT.ok;
+  },
+};
+
+export const topologyApply: Command = {
+  path: ['topology', 'apply'],
+  usage: '',
+  summary: 'declare the exchange, queues and bindings (idempotent; never deletes)',
+  description: [
+    'Declares everything the topology module declares, as the application does on start.',
+    'Idempotent. A queue that exists with other arguments is reported with the argument,',
+    'both values and how to migrate, and the command exits 1; nothing is ever deleted.',
+  ].join('\n'),
+  flags: {},
+  examples: ['warren topology apply --topology dist/topology.js', 'WARREN_TOPOLOGY=dist/topology.js warren topology apply --url amqp://app:secret@rabbit:5672/shop'],
+  async run(ctx) {
+    noExtraArgs(ctx, 0, 'topology apply');
+    const { topology, plan } = await makePlan(ctx);
+    try {
+      await declareTopology(await ctx.connection(), topology);
+    } catch (error) {
+      if (!(error instanceof TopologyDriftError)) throw error;
+      if (ctx.json) ctx.printJson({ applied: false, drift: error.differences });
+      else {
+        ctx.err('Not applied: the broker differs from the declaration.');
+        for (const d of error.differences) ctx.err(`  ${describeDifference(d)}`);
+        const first = error.differences[0];
+        if (first) ctx.err(migrationHint(first));
+      }
+      return EXIT.failed;
+    }
+    const created = plan.toCreate;
+    if (ctx.json) ctx.printJson({ applied: true, created: created.map((e) => ({ kind: e.kind, name: e.name })), bindings: topologySpec(topology).bindings });
+    else {
+      for (const e of created) ctx.out(`created ${e.kind} ${e.name}`);
+      const spec = topologySpec(topology);
+      ctx.out(`Applied: exchange ${topology.exchange}, ${spec.queues.length} queues, ${spec.bindings.length} bindings (${created.length} created, the rest already as declared).`);
+    }
+    return EXIT.ok;
+  },
+};
+
+export const topologyVerify: Command = {
+  path: ['topology', 'verify'],
+  usage: '',
+  summary: 'exit 1 when the broker differs from the declaration, naming each difference',
+  description: [
+    'Like plan, but a check: exits 1 when any exchange or queue is missing or has other',
+    'arguments than declared, and names each difference (queue, argument, both values).',
+    'Exits 0 when the broker matches.',
+  ].join('\n'),
+  flags: {},
+  examples: ['warren topology verify --topology dist/topology.js', 'warren topology verify --json > drift.json || echo "drift"'],
+  async run(ctx) {
+    noExtraArgs(ctx, 0, 'topology verify');
+    const { topology, plan } = await makePlan(ctx);
+    const ok = plan.drift.length === 0 && plan.toCreate.length === 0;
+    if (ctx.json) {
+      ctx.printJson({ ok, ...planJson(topology, plan) });
+      return ok ? EXIT.ok : EXIT.failed;
+    }
+    if (ok) {
+      ctx.out(`The broker matches the declaration: exchange ${topology.exchange} and ${plan.entries.length - 1} queues (${method(plan)}).`);
+      return EXIT.ok;
+    }
+    ctx.out(`The broker differs from the declaration (${method(plan)}):`);
+    for (const e of plan.toCreate) ctx.out(`  ${e.kind} ${e.name}: missing (warren topology apply creates it)`);
+    for (const d of plan.drift) ctx.out(`  ${describeDifference(d)}`);
+    const first = plan.drift[0];
+    if (first) ctx.out(migrationHint(first));
+    return EXIT.failed;
+  },
+};
