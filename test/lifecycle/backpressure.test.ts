@@ -1,0 +1,35 @@
+import { describe, expect, it } from 'vitest';
+import { connectWarren, depth, rawConnection, testTopology } from '../helpers.js';
+
+describe('publisher backpressure', () => {
+  it('with maxInFlight 5, 200 concurrent publishes never have more than 5 awaiting a confirm, and all are confirmed', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('bp')]: { bindings: ['load'] } } }));
+    const c = [...topology.consumers.values()][0]!;
+    const warren = await connectWarren(topology, { publisher: { maxInFlight: 5 } });
+    const publisher = warren.publisher;
+    const samples: number[] = [];
+    let sampling = true;
+    // Sample on every turn of the event loop while the publishes run.
+    const sampler = (async () => {
+      while (sampling) {
+        samples.push(publisher.pending);
+        await new Promise((r) => setImmediate(r));
+      }
+    })();
+    const receipts = await Promise.all(
+      Array.from({ length: 200 }, (_, i) =>
+        warren.publish('load', { i }).then((r) => {
+          samples.push(publisher.pending);
+          return r;
+        }),
+      ),
+    );
+    sampling = false;
+    await sampler;
+
+    expect(new Set(receipts.map((r) => r.messageId)).size).toBe(200);
+    expect(Math.max(...samples)).toBe(5);
+    expect(publisher.pending).toBe(0);
+    expect(await depth(await rawConnection(), c.queue)).toBe(200);
+  });
+});
