@@ -87,6 +87,19 @@ describe.each(BACKENDS)('store contract: %s', (backend) => {
       expect(markers[0]).toMatchObject({ message_id: 'm-1', consumer: 'billing' });
     });
 
+    it('takes any message id and consumer name as data, quotes and backslashes included', async () => {
+      const h = await harness(backend);
+      const store = h.store();
+      const guard = store.idempotency();
+      const id = "it's a \\' test'); DROP TABLE x; --";
+      expect(await guard.run(id, "o'neil\\", async () => undefined)).toBe('done');
+      expect(await guard.run(id, "o'neil\\", async () => undefined)).toBe('duplicate');
+      expect(await guard.run(`${id} `, "o'neil\\", async () => undefined)).toBe('done');
+      // Stored exactly as given.
+      const rows = await store.transaction((tx) => exec(h.spec, tx, `SELECT consumer FROM ${store.tables.processed} WHERE message_id = ?`, [id]));
+      expect(rows).toEqual([{ consumer: "o'neil\\" }]);
+    });
+
     it('keys on (message id, consumer): another consumer runs the same message', async () => {
       const h = await harness(backend);
       const guard = h.store().idempotency();

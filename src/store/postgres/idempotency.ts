@@ -16,14 +16,19 @@ export class PostgresIdempotencyGuard<C extends PgClient> implements StoreGuard<
   constructor(private readonly store: PostgresInternals<C>) {}
 
   async run(messageId: string, consumer: string, work: (tx: C) => Promise<void>): Promise<'done' | 'duplicate'> {
-    const insert = `INSERT INTO ${this.store.tables.processed} (message_id, consumer) VALUES ($1, $2) ON CONFLICT DO NOTHING`;
+    // Sent with BEGIN in one round trip, so the guard costs no round trip of its own:
+    // the handler needed BEGIN anyway.
+    const insert = `INSERT INTO ${this.store.tables.processed} (message_id, consumer) VALUES (${sqlLiteral(messageId)}, ${sqlLiteral(consumer)}) ON CONFLICT DO NOTHING`;
     try {
-      const outcome = await this.store.transaction(async (client) => {
-        const r = await this.store.query(client, insert, [messageId, consumer], 'insert the idempotency marker');
-        if (r.rowCount === 0) throw new Rollback('duplicate' as const);
-        await work(client);
-        return 'done' as const;
-      }, 'run an idempotent handler');
+      const outcome = await this.store.transaction(
+        async (client, inserted) => {
+          if (inserted?.rowCount === 0) throw new Rollback('duplicate' as const);
+          await work(client);
+          return 'done' as const;
+        },
+        'run an idempotent handler',
+        insert,
+      );
       this.stats[outcome]++;
       return outcome;
     } catch (error) {
@@ -32,4 +37,14 @@ export class PostgresIdempotencyGuard<C extends PgClient> implements StoreGuard<
       throw error;
     }
   }
+}
+
+/**
+ * A string as an SQL literal, as node-postgres' `escapeLiteral` writes it: quotes doubled,
+ * and backslashes doubled under `E''`, so the value is the same whatever
+ * `standard_conforming_strings` says.
+ */
+function sqlLiteral(value: string): string {
+  const body = value.replace(/'/g, "''").replace(/\\/g, '\\\\');
+  return value.includes('\\') ? `E'${body}'` : `'${body}'`;
 }

@@ -75,8 +75,11 @@ export interface PostgresInternals<C extends PgClient> {
   withClient<R>(fn: (client: C, state: ClientState) => Promise<R>, doing: string): Promise<R>;
   /** A connection of its own (the caller releases it), e.g. for LISTEN. */
   connect(doing: string): Promise<C>;
-  /** BEGIN, `body`, COMMIT on one connection; rolls back on a throw. */
-  transaction<R>(body: (client: C) => Promise<R>, doing: string): Promise<R>;
+  /**
+   * BEGIN, `body`, COMMIT on one connection; rolls back on a throw. `first`, when given,
+   * is a statement sent in the same round trip as BEGIN; `body` gets its result.
+   */
+  transaction<R>(body: (client: C, first: PgQueryResult<unknown> | undefined) => Promise<R>, doing: string, first?: string): Promise<R>;
   /** A query whose outage errors become {@link StoreUnavailableError}. */
   // eslint-disable-next-line @typescript-eslint/no-explicit-any -- as PgClient.query
   query<R = any>(client: PgClient, sql: string, values: unknown[] | undefined, doing: string): Promise<PgQueryResult<R>>;
@@ -241,12 +244,14 @@ export class PostgresStore<C extends PgClient = PgClient> implements Store<C>, P
     }
   }
 
-  transaction<R>(body: (client: C) => Promise<R> | R, doing = 'run a transaction'): Promise<R> {
+  transaction<R>(body: (client: C, first: PgQueryResult<unknown> | undefined) => Promise<R> | R, doing = 'run a transaction', first?: string): Promise<R> {
     return this.withClient(async (client, state) => {
-      await this.query(client, 'BEGIN', undefined, doing);
+      // With `first`, one simple-protocol query: BEGIN and the statement share a round trip.
+      const begun = await this.query<unknown>(client, first === undefined ? 'BEGIN' : `BEGIN; ${first}`, undefined, doing);
+      const firstResult = first === undefined ? undefined : lastResult(begun);
       let result: R;
       try {
-        result = await body(client);
+        result = await body(client, firstResult);
       } catch (error) {
         let rollbackError: unknown;
         await client.query('ROLLBACK').catch((e: unknown) => (rollbackError = e));
@@ -314,3 +319,9 @@ export function postgresStore<C extends PgClient = PgClient>(options: PostgresSt
 function toError(value: unknown): Error {
   return value instanceof Error ? value : new Error(String(value));
 }
+
+/** A multi-statement simple query answers with one result per statement: the last one. */
+function lastResult<R>(result: PgQueryResult<R> | Array<PgQueryResult<R>>): PgQueryResult<R> {
+  return Array.isArray(result) ? (result[result.length - 1] as PgQueryResult<R>) : result;
+}
+
