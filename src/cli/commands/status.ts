@@ -51,7 +51,8 @@ export const status: Command = {
     });
     if (report.source === 'amqp') {
       ctx.out();
-      ctx.out(`Management API not used: ${report.managementUnavailable ?? 'it is unavailable'}`);
+      const why = report.managementUnavailable ?? 'it is unavailable';
+      ctx.out(`Management API not used: ${why.charAt(0).toLowerCase()}${why.slice(1)}`);
       ctx.out(`Without it, ${report.missing.join(' and ')} are not shown (-); depths and consumer counts come from AMQP.`);
     }
     ctx.out();
