@@ -148,7 +148,6 @@ export class OutboxRelay extends EventEmitter {
   constructor(
     private readonly driver: RelayDriver,
     options: OutboxRelayOptions,
-    private readonly onStop?: (relay: OutboxRelay) => void,
   ) {
     super();
     if (typeof options?.publisher?.send !== 'function') throw new InvalidOptionError('publisher', 'expected a publisher with `send(message)`, such as `warren.publisher`');
@@ -194,7 +193,6 @@ export class OutboxRelay extends EventEmitter {
     await this.loopDone;
     await this.unsubscribe?.().catch(() => undefined);
     this.unsubscribe = undefined;
-    this.onStop?.(this);
   }
 
   /** Publishes one batch now (after any pass in progress). Throws when the database is down. */

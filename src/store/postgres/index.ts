@@ -283,7 +283,7 @@ export class PostgresStore<C extends PgClient = PgClient> implements Store<C>, P
 
   relay(options: OutboxRelayOptions): OutboxRelay {
     if (this.closed) throw new ClosedError('The PostgreSQL store');
-    const relay = new OutboxRelay(new PostgresRelayDriver<C>(this), options, (r) => this.relays.delete(r));
+    const relay = new OutboxRelay(new PostgresRelayDriver<C>(this), options);
     this.relays.add(relay);
     return relay;
   }

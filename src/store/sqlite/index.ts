@@ -305,7 +305,7 @@ export class SqliteStore<DB extends SqliteDatabase = SqliteDatabase> implements 
 
   relay(options: OutboxRelayOptions): OutboxRelay {
     if (this.closed) throw new ClosedError('The SQLite store');
-    const relay = new OutboxRelay(new SqliteRelayDriver<DB>(this), options, (r) => this.relays.delete(r));
+    const relay = new OutboxRelay(new SqliteRelayDriver<DB>(this), options);
     this.relays.add(relay);
     return relay;
   }
