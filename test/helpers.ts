@@ -37,7 +37,7 @@ export function testTopology(build: (names: { exchange: string; name: (c: string
 
 /** Deletes what a topology declared. Only tests do this; warren never deletes. */
 export async function deleteTopology(topology: Topology): Promise<void> {
-  const conn = await amqp.connect(AMQP_URL);
+  const conn = await amqp.connect(AMQP_URL, { noDelay: true });
   try {
     const spec = topologySpec(topology);
     for (const q of spec.queues) {
@@ -64,7 +64,7 @@ export async function connectWarren(topology: Topology, options: Partial<WarrenO
 
 /** A raw amqplib connection for inspecting queues, closed after the test. */
 export async function rawConnection(): Promise<amqp.ChannelModel> {
-  const conn = await amqp.connect(AMQP_URL);
+  const conn = await amqp.connect(AMQP_URL, { noDelay: true });
   onTeardown(() => conn.close());
   return conn;
 }
