@@ -145,7 +145,8 @@ export class SqliteStore<DB extends SqliteDatabase = SqliteDatabase> implements 
     const db = (await openSqlite(this.filename, { syncBusyMs: SYNC_BUSY_MS })) as DB;
     try {
       if (!db.memory) {
-        db.exec('PRAGMA journal_mode = WAL');
+        // Switching a new file to WAL needs a lock another process starting now may hold.
+        await this.whileBusy(() => db.exec('PRAGMA journal_mode = WAL'), 'switch to WAL');
         db.exec(`PRAGMA synchronous = ${this.synchronous}`);
       }
     } catch (error) {
@@ -265,11 +266,16 @@ export class SqliteStore<DB extends SqliteDatabase = SqliteDatabase> implements 
   }
 
   /** BEGIN IMMEDIATE, polling (without blocking the event loop) while another process writes. */
-  private async begin(db: DB, doing: string): Promise<void> {
+  private begin(db: DB, doing: string): Promise<void> {
+    return this.whileBusy(() => void db.exec('BEGIN IMMEDIATE'), doing);
+  }
+
+  /** Runs `fn`, again and again while the database is busy, for up to `busyTimeoutMs`. */
+  private async whileBusy(fn: () => void, doing: string): Promise<void> {
     const deadline = Date.now() + this.busyTimeoutMs;
     for (let attempt = 1; ; attempt++) {
       try {
-        db.exec('BEGIN IMMEDIATE');
+        fn();
         return;
       } catch (error) {
         if (!isBusy(error) || Date.now() >= deadline) throw mapError(error, doing, this.filename);

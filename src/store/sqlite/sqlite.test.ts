@@ -32,6 +32,17 @@ describe('SQLite store', () => {
     expect(await guard.run('m-1', 'c', async () => undefined)).toBe('done');
   });
 
+  it('opens a new file while another connection is writing it (switching to WAL waits for the lock)', async () => {
+    const file = join(tempDir(), 'w.db');
+    const other = new Database(file, { timeout: 0 });
+    onTeardown(async () => void other.close());
+    other.exec('BEGIN IMMEDIATE');
+    other.exec('CREATE TABLE app (a)');
+    setTimeout(() => other.exec('COMMIT'), 150);
+    const store = open({ filename: file });
+    expect(await store.migrate()).toEqual({ applied: [1], version: 1 });
+  });
+
   it('refuses a transaction opened inside a guarded handler instead of waiting for itself forever', async () => {
     const store = open({ filename: join(tempDir(), 'w.db') });
     const error = await store.idempotency().run('m-1', 'c', async () => {
