@@ -3,7 +3,8 @@ export { defineTopology, TOPOLOGY_DEFAULTS, type Topology, type TopologyOptions,
 export { topologySpec, consumerQueues, type TopologySpec, type QueueSpec, type ExchangeSpec, type BindingSpec } from './topology/plan.js';
 export { declareTopology, planTopology, verifyTopology, type TopologyPlan, type PlanEntry } from './topology/apply.js';
 export { BrokerConnection, backoffDelay, redactUrl, type ConnectionOptions } from './connection/index.js';
-export { Publisher, type PublisherOptions, type PublishOptions, type PublishReceipt, type OutgoingMessage } from './publish/publisher.js';
+export { Publisher, type PublisherOptions, type PublishReceipt, type OutgoingMessage } from './publish/publisher.js';
+export { stampMessage, type PublishOptions, type StampedMessage } from './publish/stamp.js';
 export { uuidv7 } from './publish/message-id.js';
 export { Consumer, CrashLoopError } from './consume/consumer.js';
 export type { ConsumerOptions, Handler, MessageContext, IdempotencyGuard, Outcome, ConsumerStats } from './consume/types.js';

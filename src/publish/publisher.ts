@@ -1,9 +1,10 @@
 import type * as amqp from 'amqplib';
 import { ClosedError, InvalidOptionError, PublishNackedError, PublishNotConfirmedError, UnroutableError } from '../errors.js';
-import { HEADER } from '../headers.js';
 import { silentLogger, type Logger } from '../logger.js';
 import type { BrokerConnection } from '../connection/index.js';
-import { uuidv7 } from './message-id.js';
+import { stampMessage, type PublishOptions } from './stamp.js';
+
+export type { PublishOptions };
 
 /** Options of a {@link Publisher}. */
 export interface PublisherOptions {
@@ -19,25 +20,6 @@ export interface PublisherOptions {
   connectTimeoutMs?: number;
   /** @default a logger that drops everything */
   logger?: Logger;
-}
-
-/** Per-message options of {@link Publisher.publish}. */
-export interface PublishOptions {
-  /**
-   * The message id. Make it once and keep it: retries and replays keep it too,
-   * and idempotent consumers key on it.
-   * @default a new UUIDv7
-   */
-  messageId?: string;
-  /** When the event happened. @default now */
-  occurredAt?: Date;
-  correlationId?: string;
-  /** Extra headers. Names starting with `warren-` are warren's own. */
-  headers?: Record<string, unknown>;
-  /** AMQP `type` property, e.g. the event name. */
-  type?: string;
-  /** Overrides the topology's exchange. */
-  exchange?: string;
 }
 
 /** A message ready to go out, as warren moves it between queues. */
@@ -156,29 +138,8 @@ export class Publisher {
    * the occurred-at time, JSON content type and persistent delivery.
    */
   async publish(routingKey: string, payload: unknown, options: PublishOptions = {}): Promise<PublishReceipt> {
-    if (typeof routingKey !== 'string' || routingKey.length === 0 || routingKey.length > 255) {
-      throw new InvalidOptionError('routingKey', `${JSON.stringify(routingKey)} is not a routing key of 1 to 255 characters`);
-    }
-    let content: Buffer;
-    try {
-      const json = JSON.stringify(payload);
-      if (json === undefined) throw new TypeError('payload is undefined or a function');
-      content = Buffer.from(json);
-    } catch (error) {
-      throw new InvalidOptionError('payload', `it cannot be encoded as JSON (${error instanceof Error ? error.message : String(error)})`);
-    }
-    const messageId = options.messageId ?? uuidv7();
-    const occurredAt = options.occurredAt ?? new Date();
-    const properties: amqp.Options.Publish = {
-      messageId,
-      contentType: 'application/json',
-      persistent: true,
-      timestamp: Math.floor(occurredAt.getTime() / 1000),
-      headers: { ...options.headers, [HEADER.occurredAt]: occurredAt.toISOString() },
-    };
-    if (options.correlationId !== undefined) properties.correlationId = options.correlationId;
-    if (options.type !== undefined) properties.type = options.type;
-    await this.send({ exchange: options.exchange ?? this.exchange, routingKey, content, properties });
+    const { messageId, json, properties } = stampMessage(routingKey, payload, options);
+    await this.send({ exchange: options.exchange ?? this.exchange, routingKey, content: Buffer.from(json), properties });
     return { messageId };
   }
 

@@ -1,8 +1,7 @@
 import type * as amqp from 'amqplib';
 import { InvalidOptionError } from '../errors.js';
-import { HEADER } from '../headers.js';
-import { uuidv7 } from '../publish/message-id.js';
-import type { OutgoingMessage, PublishOptions } from '../publish/publisher.js';
+import type { OutgoingMessage } from '../publish/publisher.js';
+import { stampMessage, type PublishOptions } from '../publish/stamp.js';
 
 /** The AMQP properties kept in an outbox row (the message id has its own column). */
 interface StoredProperties {
@@ -39,37 +38,17 @@ export interface OutboxRow extends OutboxRecord {
  * Headers must survive JSON (a `Date` becomes its ISO string).
  */
 export function outboxRecord(routingKey: string, payload: unknown, options: PublishOptions = {}): OutboxRecord {
-  if (typeof routingKey !== 'string' || routingKey.length === 0 || routingKey.length > 255) {
-    throw new InvalidOptionError('routingKey', `${JSON.stringify(routingKey)} is not a routing key of 1 to 255 characters`);
-  }
-  let content: string;
-  try {
-    const json = JSON.stringify(payload);
-    if (json === undefined) throw new TypeError('payload is undefined or a function');
-    content = json;
-  } catch (error) {
-    throw new InvalidOptionError('payload', `it cannot be encoded as JSON (${error instanceof Error ? error.message : String(error)})`);
-  }
-  const messageId = options.messageId ?? uuidv7();
-  if (typeof messageId !== 'string' || messageId.length === 0 || messageId.length > 255) {
-    throw new InvalidOptionError('messageId', `${JSON.stringify(messageId)} is not a message id of 1 to 255 characters`);
-  }
-  const occurredAt = options.occurredAt ?? new Date();
-  if (!(occurredAt instanceof Date) || Number.isNaN(occurredAt.getTime())) throw new InvalidOptionError('occurredAt', 'expected a valid Date');
-  const stored: StoredProperties = {
-    contentType: 'application/json',
-    timestamp: Math.floor(occurredAt.getTime() / 1000),
-    headers: { ...options.headers, [HEADER.occurredAt]: occurredAt.toISOString() },
-  };
-  if (options.correlationId !== undefined) stored.correlationId = options.correlationId;
-  if (options.type !== undefined) stored.type = options.type;
+  const { messageId, json, properties: p } = stampMessage(routingKey, payload, options);
+  const stored: StoredProperties = { contentType: p.contentType, timestamp: p.timestamp, headers: p.headers };
+  if (p.correlationId !== undefined) stored.correlationId = p.correlationId;
+  if (p.type !== undefined) stored.type = p.type;
   let properties: string;
   try {
     properties = JSON.stringify(stored);
   } catch (error) {
     throw new InvalidOptionError('headers', `they cannot be stored as JSON (${error instanceof Error ? error.message : String(error)})`);
   }
-  return { messageId, exchange: options.exchange ?? null, routingKey, content, properties };
+  return { messageId, exchange: options.exchange ?? null, routingKey, content: json, properties };
 }
 
 /** The message the relay publishes for a row: persistent, with the row's message id. */

@@ -1,0 +1,66 @@
+import type * as amqp from 'amqplib';
+import { InvalidOptionError } from '../errors.js';
+import { HEADER } from '../headers.js';
+import { uuidv7 } from './message-id.js';
+
+/** Per-message options of a publish, direct or through the outbox. */
+export interface PublishOptions {
+  /**
+   * The message id. Make it once and keep it: retries and replays keep it too,
+   * and idempotent consumers key on it.
+   * @default a new UUIDv7
+   */
+  messageId?: string;
+  /** When the event happened. @default now */
+  occurredAt?: Date;
+  correlationId?: string;
+  /** Extra headers. Names starting with `warren-` are warren's own. */
+  headers?: Record<string, unknown>;
+  /** AMQP `type` property, e.g. the event name. */
+  type?: string;
+  /** Overrides the topology's exchange. */
+  exchange?: string;
+}
+
+/** A payload stamped for sending: its id, JSON body and AMQP properties. */
+export interface StampedMessage {
+  readonly messageId: string;
+  readonly json: string;
+  readonly properties: amqp.Options.Publish & { messageId: string; contentType: string; timestamp: number; headers: Record<string, unknown> };
+}
+
+/**
+ * The one set of rules for a message warren sends, used by the publisher and the
+ * outbox alike: a routing key of 1 to 255 characters, a JSON payload, a UUIDv7 id unless
+ * given, the `warren-occurred-at` header, JSON content type, persistent delivery and the
+ * AMQP timestamp in seconds. Bad input throws {@link InvalidOptionError} naming it.
+ */
+export function stampMessage(routingKey: string, payload: unknown, options: PublishOptions = {}): StampedMessage {
+  if (typeof routingKey !== 'string' || routingKey.length === 0 || routingKey.length > 255) {
+    throw new InvalidOptionError('routingKey', `${JSON.stringify(routingKey)} is not a routing key of 1 to 255 characters`);
+  }
+  let json: string;
+  try {
+    const encoded = JSON.stringify(payload);
+    if (encoded === undefined) throw new TypeError('payload is undefined or a function');
+    json = encoded;
+  } catch (error) {
+    throw new InvalidOptionError('payload', `it cannot be encoded as JSON (${error instanceof Error ? error.message : String(error)})`);
+  }
+  const messageId = options.messageId ?? uuidv7();
+  if (typeof messageId !== 'string' || messageId.length === 0 || messageId.length > 255) {
+    throw new InvalidOptionError('messageId', `${JSON.stringify(messageId)} is not a message id of 1 to 255 characters`);
+  }
+  const occurredAt = options.occurredAt ?? new Date();
+  if (!(occurredAt instanceof Date) || Number.isNaN(occurredAt.getTime())) throw new InvalidOptionError('occurredAt', 'expected a valid Date');
+  const properties: StampedMessage['properties'] = {
+    messageId,
+    contentType: 'application/json',
+    persistent: true,
+    timestamp: Math.floor(occurredAt.getTime() / 1000),
+    headers: { ...options.headers, [HEADER.occurredAt]: occurredAt.toISOString() },
+  };
+  if (options.correlationId !== undefined) properties.correlationId = options.correlationId;
+  if (options.type !== undefined) properties.type = options.type;
+  return { messageId, json, properties };
+}
