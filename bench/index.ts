@@ -1,0 +1,41 @@
+/**
+ * `npm run bench`: every benchmark in one run on this machine's broker and databases,
+ * warren's figure beside its baseline with the ratio. Not part of the tests: figures
+ * depend on the machine and on what else runs on it.
+ *
+ *   npm run bench                 all of them
+ *   npm run bench -- core stores  some of them (core, stores, replay)
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { benchCore } from './consume.js';
+import { benchReplay } from './replay.js';
+import { printRows, type BenchRow } from './report.js';
+import { benchStores } from './stores.js';
+
+const suites: Record<string, () => Promise<BenchRow[]>> = { core: benchCore, stores: benchStores, replay: benchReplay };
+const wanted = process.argv.slice(2).filter((a) => !a.startsWith('-'));
+for (const name of wanted) {
+  if (!(name in suites)) {
+    console.error(`Unknown benchmark '${name}'. Choose from: ${Object.keys(suites).join(', ')}.`);
+    process.exit(2);
+  }
+}
+const chosen = wanted.length ? wanted : Object.keys(suites);
+
+// The replay benchmark runs the built command line.
+if (chosen.includes('replay') && !existsSync(new URL('../dist/cli/main.js', import.meta.url))) {
+  console.log('building dist/ for the command line…');
+  execFileSync('npm', ['run', '--silent', 'build'], { stdio: 'inherit' });
+}
+
+const rows: BenchRow[] = [];
+for (const name of chosen) {
+  const started = Date.now();
+  console.log(`running ${name}…`);
+  rows.push(...(await (suites[name] as () => Promise<BenchRow[]>)()));
+  console.log(`  ${name} took ${((Date.now() - started) / 1000).toFixed(1)} s`);
+}
+console.log();
+console.log(`broker: ${process.env['WARREN_AMQP_URL'] ?? process.env['WARREN_TEST_AMQP_URL'] ?? 'amqp://127.0.0.1:5672'}, node ${process.version}`);
+printRows(rows);
