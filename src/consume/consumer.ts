@@ -35,6 +35,32 @@ class ParkNow extends Error {
   }
 }
 
+/**
+ * An AbortController made when its signal is first read. Most handlers never read
+ * `context.signal`, and a controller per message was the largest cost of the success
+ * path (allocation and garbage collection); an abort before the first read is kept.
+ */
+class LazyAbort {
+  private controller: AbortController | undefined;
+  private reason: unknown;
+  private aborted = false;
+
+  get signal(): AbortSignal {
+    if (this.controller === undefined) {
+      this.controller = new AbortController();
+      if (this.aborted) this.controller.abort(this.reason);
+    }
+    return this.controller.signal;
+  }
+
+  abort(reason: unknown): void {
+    if (this.aborted) return;
+    this.aborted = true;
+    this.reason = reason;
+    this.controller?.abort(reason);
+  }
+}
+
 /** A message that made the process die this many times is parked, not run again. */
 export class CrashLoopError extends WarrenError {
   constructor(consumer: string, deliveries: number) {
@@ -66,7 +92,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   private attaching: Promise<void> | undefined;
   private readonly waiting: Delivery[] = [];
   private readonly active = new Set<Promise<void>>();
-  private readonly controllers = new Set<AbortController>();
+  private readonly controllers = new Set<LazyAbort>();
   private stopping = false;
   private closed = false;
   private unregister: (() => void) | undefined;
@@ -186,18 +212,23 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   private pump(): void {
     while (!this.stopping && this.active.size < this.concurrency && this.waiting.length > 0) {
       const delivery = this.waiting.shift() as Delivery;
-      const run: Promise<void> = this.process(delivery)
-        .catch((error: unknown) => {
+      // One derived promise per delivery (this runs once per message).
+      const run: Promise<void> = this.process(delivery).then(
+        () => this.finished(run),
+        (error: unknown) => {
           this.logger.error('unexpected failure while settling a delivery; it will be redelivered', { consumer: this.name, error: error instanceof Error ? error.message : String(error) });
-        })
-        .finally(() => {
-          this.active.delete(run);
-          this.stats.inFlight = this.active.size;
-          this.pump();
-        });
+          this.finished(run);
+        },
+      );
       this.active.add(run);
       this.stats.inFlight = this.active.size;
     }
+  }
+
+  private finished(run: Promise<void>): void {
+    this.active.delete(run);
+    this.stats.inFlight = this.active.size;
+    this.pump();
   }
 
   private requeue(d: Delivery): void {
@@ -240,7 +271,8 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
 
     try {
       if (msg.fields.redelivered && (await this.guardCrashLoop(d, headers))) return;
-      const payload = await this.decode(msg, messageId);
+      const decoded = this.decode(msg, messageId);
+      const payload = decoded instanceof Promise ? await decoded : decoded;
       await this.runHandler(d, payload, messageId, headers, attempts.failed);
       if (this.ack(d)) this.count({ kind: 'acked', messageId });
     } catch (error) {
@@ -285,7 +317,8 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     return true;
   }
 
-  private async decode(msg: amqp.ConsumeMessage, messageId: string | undefined): Promise<T> {
+  /** Parses (and validates, when there is a schema) the body; synchronous without a schema. */
+  private decode(msg: amqp.ConsumeMessage, messageId: string | undefined): T | Promise<T> {
     let value: unknown;
     try {
       value = JSON.parse(msg.content.toString('utf8'));
@@ -299,6 +332,10 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     }
     const schema = this.options.schema;
     if (!schema) return value as T;
+    return this.validate(schema, value);
+  }
+
+  private async validate(schema: NonNullable<ConsumerOptions<T, Tx>['schema']>, value: unknown): Promise<T> {
     const result = await schema['~standard'].validate(value);
     if (result.issues) {
       const issues = formatIssues(result.issues);
@@ -308,34 +345,48 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   }
 
   private async runHandler(d: Delivery, payload: T, messageId: string | undefined, headers: Record<string, unknown>, failed: number): Promise<void> {
-    const controller = new AbortController();
+    const controller = new LazyAbort();
     this.controllers.add(controller);
     let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => {
-        const error = new HandlerTimeoutError(this.name, this.timeoutMs);
-        controller.abort(error);
-        reject(error);
-      }, this.timeoutMs);
-    });
     const routingKey = typeof headers[HEADER.routingKey] === 'string' ? (headers[HEADER.routingKey] as string) : d.msg.fields.routingKey;
-    const context = (tx: Tx): MessageContext<Tx> => ({ messageId, routingKey, headers, attempt: failed + 1, signal: controller.signal, tx, raw: d.msg });
+    const context = (tx: Tx): MessageContext<Tx> => ({
+      messageId,
+      routingKey,
+      headers,
+      attempt: failed + 1,
+      get signal() {
+        return controller.signal;
+      },
+      tx,
+      raw: d.msg,
+    });
     try {
       const guard = this.options.idempotency;
       const work: Promise<void> = guard
         ? this.runGuarded(guard, messageId as string, async (tx) => {
             await this.handler(payload, context(tx));
           })
-        : Promise.resolve().then(async () => {
-            await this.handler(payload, context(undefined as Tx));
-          });
-      // After a timeout the handler may still settle; its late rejection is not news.
-      work.catch(() => undefined);
-      await Promise.race([work, timeout]);
+        : this.callHandler(payload, context(undefined as Tx));
+      // One promise for "the work settled or the time ran out" (not a race of two):
+      // this runs once per message. After a timeout the work may still settle; its
+      // late rejection lands in `reject` of a settled promise and is not news.
+      await new Promise<void>((resolve, reject) => {
+        timer = setTimeout(() => {
+          const error = new HandlerTimeoutError(this.name, this.timeoutMs);
+          controller.abort(error);
+          reject(error);
+        }, this.timeoutMs);
+        work.then(resolve, reject);
+      });
     } finally {
       clearTimeout(timer);
       this.controllers.delete(controller);
     }
+  }
+
+  /** Runs the handler; a synchronous throw becomes a rejection. */
+  private async callHandler(payload: T, context: MessageContext<Tx>): Promise<void> {
+    await this.handler(payload, context);
   }
 
   /** Runs the guard, holding the message while the database is unreachable. */
