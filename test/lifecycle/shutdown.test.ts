@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { ClosedError } from '../../src/index.js';
 import { connectWarren, depth, rawConnection, sleep, testTopology, waitFor } from '../helpers.js';
 
 describe('graceful shutdown with work in flight', () => {
@@ -52,5 +53,40 @@ describe('graceful shutdown with work in flight', () => {
     await second.close();
     expect(await depth(raw, c.queue)).toBe(0);
     expect(await depth(raw, c.parkedQueue)).toBe(0);
+  });
+
+  it('past shutdownTimeoutMs, close() aborts the running handlers\' signals and their messages go back to the queue', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('stuck')]: { bindings: ['work'] } } }));
+    const c = [...topology.consumers.values()][0]!;
+    const warren = await connectWarren(topology);
+    const raw = await rawConnection();
+    const a = await warren.publish('work', { who: 'reads the signal first' });
+    const b = await warren.publish('work', { who: 'reads the signal late' });
+    const aborted = new Map<string, unknown>();
+    const release: Array<() => void> = [];
+    const consumer = await warren.consume(c.name, async (_p, ctx) => {
+      const id = ctx.messageId!;
+      if (id === a.messageId) {
+        // Listens from the start, as a handler passing the signal to fetch() would.
+        await new Promise<void>((resolve) => ctx.signal.addEventListener('abort', () => resolve(), { once: true }));
+        aborted.set(id, ctx.signal.reason);
+      } else {
+        // First looks at the signal only after close() has given up on it.
+        await new Promise<void>((resolve) => release.push(resolve));
+        if (ctx.signal.aborted) aborted.set(id, ctx.signal.reason);
+      }
+    }, { prefetch: 2, concurrency: 2, shutdownTimeoutMs: 50 });
+    await waitFor(() => consumer.stats.inFlight === 2 && release.length === 1, 'both handlers to start');
+
+    const started = Date.now();
+    await warren.close();
+    expect(Date.now() - started).toBeLessThan(2000);
+    for (const r of release) r();
+    await waitFor(() => aborted.size === 2, 'both handlers to see the abort');
+    expect(aborted.get(a.messageId)).toBeInstanceOf(ClosedError);
+    expect(aborted.get(b.messageId)).toBeInstanceOf(ClosedError);
+    // Neither was acked: the closed channel returned both to the queue.
+    expect(consumer.stats.acked).toBe(0);
+    await waitFor(async () => (await depth(raw, c.queue)) === 2, 'both messages to be back in the queue');
   });
 });
