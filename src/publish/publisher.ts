@@ -123,13 +123,13 @@ export class Publisher {
     return this.channel ?? this.openChannel(model);
   }
 
-  private async acquireSlot(): Promise<void> {
+  /** Takes a slot now (returns nothing) or returns a promise of one, handed over by releaseSlot. */
+  private acquireSlot(): Promise<void> | undefined {
     if (this.inFlight < this.maxInFlight && this.slotHead === this.slotWaiters.length) {
       this.inFlight += 1;
-      return;
+      return undefined;
     }
-    // The slot is handed over by releaseSlot, already counted.
-    await new Promise<void>((resolve) => this.slotWaiters.push(resolve));
+    return new Promise<void>((resolve) => this.slotWaiters.push(resolve));
   }
 
   /**
@@ -168,20 +168,26 @@ export class Publisher {
    */
   async send(message: OutgoingMessage): Promise<void> {
     if (this.closed) throw new ClosedError('The publisher');
-    await this.acquireSlot();
+    // No await where nothing has to wait: this runs once per message.
+    const slot = this.acquireSlot();
+    if (slot) await slot;
     try {
-      const ch = await this.acquireChannel();
+      const ch = this.channel ?? (await this.acquireChannel());
       await this.sendOn(ch, message);
     } finally {
       this.releaseSlot();
     }
   }
 
-  private async sendOn(ch: amqp.ConfirmChannel, message: OutgoingMessage): Promise<void> {
+  private sendOn(ch: amqp.ConfirmChannel, message: OutgoingMessage): Promise<void> {
+    if (this.drained) return this.drained.then(() => this.publishOn(ch, message));
+    return this.publishOn(ch, message);
+  }
+
+  private publishOn(ch: amqp.ConfirmChannel, message: OutgoingMessage): Promise<void> {
     const messageId = message.properties.messageId;
     const key = keyOf(messageId, message.routingKey);
-    if (this.drained) await this.drained;
-    await new Promise<void>((resolve, reject) => {
+    return new Promise<void>((resolve, reject) => {
       const entry: Pending = {
         key,
         settle: (error?: Error) => {
