@@ -249,7 +249,7 @@ describe('warren parked list', () => {
     const { env } = await withParked();
     const r = await warren(['parked', 'list', 'billing', '--group'], { env });
     expect(r.code).toBe(0);
-    expect(r.stdout).toMatch(/3\s+HttpError\s+2026-03-01T10:00:00Z\s+2026-03-01T14:00:00Z\s+HttpError: carrier <n> for order <n> @ at send/);
+    expect(r.stdout).toMatch(/3\s+HttpError\s+2026-03-01T10:00:00Z\s+2026-03-01T14:00:00Z\s+HttpError: carrier <n> for order <n> @ send/);
     expect(r.stdout).toMatch(/2\s+TypeError\s+2026-03-01T11:00:00Z\s+2026-03-01T13:00:00Z\s+TypeError: Cannot read properties of undefined \(reading <str>\)/);
     const j = json<{ groups: Array<{ count: number; sampleIds: string[] }> }>((await warren(['parked', 'list', 'billing', '--group', '--json'], { env })).stdout);
     expect(j.groups.map((g) => g.count)).toEqual([3, 2]);

@@ -48,7 +48,10 @@ describe('failureFingerprint', () => {
     const c = failureFingerprint('HttpError', 'carrier refused "ACME"', 'at send (/app/carrier.js:10:5)');
     expect(a).toBe(b);
     expect(a).not.toBe(c);
-    expect(a).toBe('HttpError: carrier <n> for order <id> @ at send (/app/carrier.js');
+    expect(a).toBe('HttpError: carrier <n> for order <id> @ send (carrier.js)');
+    const moved = failureFingerprint('HttpError', 'carrier 503 for order 0190a1b2-0000-7000-8000-00000000abcd', 'at send (/srv/releases/42/app/carrier.js:12:7)');
+    expect(moved).toBe(a);
+    expect(failureFingerprint('E', 'm', 'at file:///app/x.mjs:1:2')).toBe('E: m @ x.mjs');
   });
   it('truncate leaves short text alone', () => {
     expect(truncate('abc', 10)).toBe('abc');

@@ -63,6 +63,18 @@ export function failureFingerprint(errorClass: string, message: string, stack: s
     .replace(/\b[0-9a-f]{16,}\b/gi, '<id>')
     .replace(/(["'`])(?:(?!\1).){0,200}\1/g, '<str>')
     .replace(/\d+(?:\.\d+)?/g, '<n>');
-  const frame = (stack.split('\n')[0] ?? '').replace(/:\d+:\d+\)?$/, '').trim();
-  return `${errorClass}: ${masked}${frame ? ` @ ${frame}` : ''}`;
+  return `${errorClass}: ${masked}${stack ? ` @ ${frameSite(stack.split('\n')[0] ?? '')}` : ''}`;
+}
+
+/**
+ * The first frame as `function (file)`: the directory and line are dropped, so the
+ * same failure groups together across deploys, checkouts and small edits.
+ */
+function frameSite(line: string): string {
+  const text = line.trim().replace(/^at\s+/, '');
+  const m = /^(.*?)\s*\((.*)\)$/.exec(text);
+  const fn = m ? m[1] : '';
+  const location = (m ? m[2] : text) ?? '';
+  const file = location.replace(/:\d+(?::\d+)?$/, '').split(/[\\/]/).pop() ?? location;
+  return fn ? `${fn} (${file})` : file;
 }

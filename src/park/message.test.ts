@@ -49,7 +49,7 @@ describe('toParkedMessage', () => {
       attempts: 6,
       reason: 'max-attempts',
       replays: 0,
-      fingerprint: 'HttpError: carrier <n> @ at send (/app/carrier.js',
+      fingerprint: 'HttpError: carrier <n> @ send (carrier.js)',
     });
     expect(m.failedAt?.toISOString()).toBe('2026-03-01T10:11:00.000Z');
     expect(summarize(m)).toMatchObject({ position: 1, messageId: 'id-1', failedAt: '2026-03-01T10:11:00.000Z', exchange: 'shop.events' });
@@ -138,7 +138,7 @@ describe('groupParked', () => {
       at('2026-03-01T10:31:00Z', 'carrier 500', 'e'),
     ]);
     expect(groups).toHaveLength(2);
-    expect(groups[0]).toMatchObject({ fingerprint: 'HttpError: carrier <n> @ at send (/app/carrier.js', count: 4, firstSeen: '2026-03-01T09:00:00.000Z', lastSeen: '2026-03-01T11:00:00.000Z', sampleIds: ['b', 'c', 'd'], sampleMessage: 'carrier 503' });
+    expect(groups[0]).toMatchObject({ fingerprint: 'HttpError: carrier <n> @ send (carrier.js)', count: 4, firstSeen: '2026-03-01T09:00:00.000Z', lastSeen: '2026-03-01T11:00:00.000Z', sampleIds: ['b', 'c', 'd'], sampleMessage: 'carrier 503' });
     expect(groups[1]).toMatchObject({ count: 1, sampleIds: ['a'] });
   });
 });
