@@ -119,7 +119,7 @@ async function warrenDrain(topology: Topology, n: number): Promise<number> {
     // Outcomes can come before `consume()` returns, so count with the stats, not the events.
     const check = (): void => {
       const s = consumer.stats;
-      if (s.acked + s.retried + s.parked + s.requeued + s.redeliveryMoved + s.duplicate !== s.acked) fail(new Error(`a bench message was not acked: ${JSON.stringify(s)}`));
+      if (s.retried + s.parked + s.requeued + s.redeliveryMoved + s.duplicate > 0) fail(new Error(`a bench message was not acked: ${JSON.stringify(s)}`));
       else if (s.acked === n) finish(performance.now());
     };
     consumer.on('outcome', check);
