@@ -67,5 +67,8 @@ for (;;) {
 await conn.close(); // unacked gets go back to the parked queue, in order
 
 console.log(`\nruns per order: ${[...runs].map(([id, n]) => `#${id}: ${n}`).join(', ')}`);
-console.log('Replay parked messages after a fix with: npx warren parked replay warren.demo.billing --topology <your topology module>');
+console.log('See it from the command line:');
+console.log('  npm run warren -- status -t examples/topology.ts');
+console.log('  npm run warren -- parked list warren.demo.billing --group -t examples/topology.ts');
+console.log('  npm run warren -- parked replay warren.demo.billing -t examples/topology.ts   # after a fix');
 await warren.close();
