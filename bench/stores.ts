@@ -123,14 +123,14 @@ async function consumeRate(backend: Backend, guarded: boolean, n: number): Promi
       fail = reject;
     });
     const started = performance.now();
-    const consumer = guarded
-      ? await warren.consume(name, async (p: unknown, ctx) => backend.insert(ctx.tx, ctx.messageId as string, JSON.stringify(p)), { idempotency: store.idempotency(), prefetch: 50, concurrency: 10 })
-      : await warren.consume(name, async (p: unknown, ctx) => store.transaction((tx) => backend.insert(tx, ctx.messageId as string, JSON.stringify(p))), { prefetch: 50, concurrency: 10 });
     // Every message must succeed first time: a retry would measure something else.
-    consumer.on('outcome', (o: Outcome) => {
+    const onOutcome = (o: Outcome): void => {
       if (o.kind !== 'acked') fail(new Error(`bench message ${o.messageId ?? ''} was ${o.kind}: ${'error' in o ? String(o.error) : ''}`));
       else if (++done === n) finish();
-    });
+    };
+    const consumer = guarded
+      ? await warren.consume(name, async (p: unknown, ctx) => backend.insert(ctx.tx, ctx.messageId as string, JSON.stringify(p)), { idempotency: store.idempotency(), prefetch: 50, concurrency: 10, onOutcome })
+      : await warren.consume(name, async (p: unknown, ctx) => store.transaction((tx) => backend.insert(tx, ctx.messageId as string, JSON.stringify(p))), { prefetch: 50, concurrency: 10, onOutcome });
     await finished;
     const seconds = (performance.now() - started) / 1000;
     await consumer.close();

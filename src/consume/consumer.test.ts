@@ -285,3 +285,20 @@ describe('quorum queues', () => {
     expect(parked?.properties.headers?.[HEADER.attempts]).toBe(3);
   });
 });
+
+describe('outcome reporting', () => {
+  it('reports the outcomes of messages that were waiting before consume() returned', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('early')]: { bindings: ['x'], retry: fast } } }));
+    const c = [...topology.consumers.values()][0]!;
+    const warren = await connectWarren(topology);
+    const raw = await rawConnection();
+    const ch = await raw.createConfirmChannel();
+    for (let i = 0; i < 50; i++) ch.sendToQueue(c.queue, Buffer.from('{}'), { messageId: `early-${i}` });
+    await ch.waitForConfirms();
+    const seen: string[] = [];
+    const consumer = await warren.consume(c.name, () => undefined, { onOutcome: (o) => seen.push(o.messageId ?? '') });
+    await waitFor(() => consumer.stats.acked === 50, 'all 50 acked');
+    expect(seen).toHaveLength(50);
+    expect(new Set(seen).size).toBe(50);
+  });
+});

@@ -121,6 +121,10 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     if (options.classify !== undefined && typeof options.classify !== 'function') throw new InvalidOptionError('classify', 'expected a function (error) => "permanent" | "transient" | undefined');
     if (options.idempotency !== undefined && typeof options.idempotency?.run !== 'function') throw new InvalidOptionError('idempotency', 'expected a guard with a `run(messageId, consumer, work)` method, such as `store.idempotency()`');
     this.logger = options.logger ?? silentLogger;
+    if (options.onOutcome !== undefined) {
+      if (typeof options.onOutcome !== 'function') throw new InvalidOptionError('onOutcome', 'expected a function (outcome) => void');
+      this.on('outcome', options.onOutcome);
+    }
     this.retryQueueSet = new Set(declaration.retryQueues);
   }
 

@@ -75,6 +75,11 @@ export interface ConsumerOptions<T = unknown, Tx = undefined> {
   storeOutageHoldMs?: number;
   /** @default the Warren's logger */
   logger?: Logger;
+  /**
+   * Called with every delivery's outcome. Unlike `consumer.on('outcome')`, which can
+   * only be attached once `consume()` has returned, this sees the very first deliveries.
+   */
+  onOutcome?: (outcome: Outcome) => void;
 }
 
 /** An outcome a consumer reports for each delivery. */
