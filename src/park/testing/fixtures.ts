@@ -103,16 +103,4 @@ export async function peekIds(conn: amqp.ChannelModel, queue: string): Promise<s
 }
 
 /** Takes every message from a queue, acking them. */
-export async function takeAll(conn: amqp.ChannelModel, queue: string): Promise<amqp.GetMessage[]> {
-  const ch = await conn.createChannel();
-  const out: amqp.GetMessage[] = [];
-  try {
-    for (;;) {
-      const m = await ch.get(queue, { noAck: true });
-      if (m === false) return out;
-      out.push(m);
-    }
-  } finally {
-    await ch.close().catch(() => undefined);
-  }
-}
+export { drain as takeAll } from '../../../test/helpers.js';
