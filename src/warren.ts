@@ -36,6 +36,12 @@ export interface WarrenOptions extends ConnectionOptions {
 export class Warren {
   readonly connection: BrokerConnection;
   readonly publisher: Publisher;
+  /**
+   * Consumers move messages (retry, park) on a confirm channel of their own, so an
+   * application publish that makes the broker close its channel (an exchange that
+   * does not exist) never fails a move.
+   */
+  private readonly mover: Publisher;
   readonly topology: Topology;
   readonly logger: Logger;
   private readonly consumers: Array<Consumer<never, never>> = [];
@@ -47,6 +53,7 @@ export class Warren {
     this.logger = options.logger ?? silentLogger;
     this.connection = new BrokerConnection(options);
     this.publisher = new Publisher(this.connection, this.topology.exchange, { logger: this.logger, ...options.publisher });
+    this.mover = new Publisher(this.connection, this.topology.exchange, { logger: this.logger, ...options.publisher });
     this.managementOptions = options.management;
   }
 
@@ -61,6 +68,7 @@ export class Warren {
       // The first declaration's failure (drift) is the caller's error, not a log line.
       if (options.declare !== false) await declareTopology(await warren.connection.waitReady(1000), warren.topology);
       await warren.publisher.start();
+      await warren.mover.start();
     } catch (error) {
       await warren.connection.close();
       throw error;
@@ -76,7 +84,7 @@ export class Warren {
   /** Starts consuming the work queue of a declared consumer. */
   async consume<T = unknown, Tx = undefined>(name: string, handler: Handler<T, Tx>, options: ConsumerOptions<T, Tx> = {}): Promise<Consumer<T, Tx>> {
     if (this.closed) throw new ClosedError('This Warren');
-    const consumer = new Consumer<T, Tx>(this.connection, this.publisher, this.topology, this.topology.consumer(name), handler, { logger: this.logger, ...options });
+    const consumer = new Consumer<T, Tx>(this.connection, this.mover, this.topology, this.topology.consumer(name), handler, { logger: this.logger, ...options });
     await consumer.start();
     this.consumers.push(consumer as unknown as Consumer<never, never>);
     return consumer;
@@ -101,7 +109,7 @@ export class Warren {
     if (this.closed) return;
     this.closed = true;
     await Promise.all(this.consumers.map((c) => c.close()));
-    await this.publisher.close();
+    await Promise.all([this.publisher.close(), this.mover.close()]);
     await this.connection.close();
   }
 }

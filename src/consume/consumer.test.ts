@@ -302,3 +302,71 @@ describe('outcome reporting', () => {
     expect(new Set(seen).size).toBe(50);
   });
 });
+
+describe('settling is not undone', () => {
+  it('acks once when an outcome listener throws', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('lst')]: { bindings: ['x'], retry: fast } } }));
+    const c = [...topology.consumers.values()][0]!;
+    const warren = await connectWarren(topology);
+    let runs = 0;
+    const consumer = await warren.consume(c.name, () => void runs++, {
+      onOutcome: () => {
+        throw new Error('listener bug');
+      },
+    });
+    await warren.publish('x', { a: 1 });
+    await warren.publish('x', { a: 2 });
+    await waitFor(() => consumer.stats.acked === 2, 'both acked');
+    await new Promise((r) => setTimeout(r, 150));
+    expect(runs).toBe(2);
+    expect(consumer.stats.retried).toBe(0);
+    expect(consumer.attached).toBe(true);
+    const raw = await rawConnection();
+    for (const q of [c.queue, ...c.retryQueues]) expect(await depth(raw, q)).toBe(0);
+  });
+
+  it('starts the handler timeout when the handler starts, not while the guard waits for the database', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('wait')]: { bindings: ['x'], retry: fast } } }));
+    const c = [...topology.consumers.values()][0]!;
+    const warren = await connectWarren(topology);
+    // A guard whose transaction takes 300 ms to begin, as behind a busy database.
+    const slowGuard: IdempotencyGuard<undefined> = {
+      run: async (_id, _c, work) => {
+        await new Promise((r) => setTimeout(r, 300));
+        await work(undefined);
+        return 'done';
+      },
+    };
+    const consumer = await warren.consume(c.name, () => undefined, { idempotency: slowGuard, timeoutMs: 100 });
+    await warren.publish('x', {});
+    await waitFor(() => consumer.stats.acked === 1, 'acked');
+    expect(consumer.stats.retried).toBe(0);
+  });
+
+  it('puts never-started messages back at shutdown without marking them redelivered', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('back')]: { bindings: ['x'], retry: fast } } }));
+    const c = [...topology.consumers.values()][0]!;
+    const warren = await connectWarren(topology);
+    const started: string[] = [];
+    const consumer = await warren.consume(
+      c.name,
+      async (_p, ctx) => {
+        started.push(ctx.messageId!);
+        await new Promise((r) => setTimeout(r, 200));
+      },
+      { prefetch: 10, concurrency: 1 },
+    );
+    const ids: string[] = [];
+    for (let i = 0; i < 6; i++) ids.push((await warren.publish('x', { i })).messageId);
+    await waitFor(() => started.length === 1 && consumer.stats.inFlight === 1, 'the first handler to start');
+    await consumer.close();
+    expect(consumer.stats.acked).toBe(1);
+    expect(consumer.stats.requeued).toBe(5);
+    const back = await drain(await rawConnection(), c.queue);
+    expect(back.map((m) => m.properties.messageId).sort()).toEqual(ids.filter((id) => id !== started[0]).sort());
+    for (const m of back) {
+      expect(m.fields.redelivered).toBe(false);
+      expect(m.properties.headers?.[HEADER.redeliveries]).toBeUndefined();
+    }
+  });
+});

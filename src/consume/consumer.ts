@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events';
 import type * as amqp from 'amqplib';
-import { ClosedError, HandlerTimeoutError, InvalidOptionError, InvalidPayloadError, WarrenError } from '../errors.js';
+import { ClosedError, HandlerTimeoutError, InvalidOptionError, InvalidPayloadError, UnroutableError, WarrenError } from '../errors.js';
 import { HEADER, type ParkReason } from '../headers.js';
 import { silentLogger, type Logger } from '../logger.js';
 import type { BrokerConnection } from '../connection/index.js';
@@ -130,10 +130,17 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
 
   /** Attaches now and again after every reconnect. */
   async start(): Promise<void> {
-    this.unregister = await this.connection.onReady(async (model) => {
-      this.channel = undefined;
-      await this.attach(model);
-    });
+    try {
+      this.unregister = await this.connection.onReady(async (model) => {
+        if (this.stopping || this.closed) return;
+        this.channel = undefined;
+        await this.attach(model);
+      });
+    } catch (error) {
+      // The first attach failed (no queue, no permission): leave nothing running behind.
+      await this.close();
+      throw error;
+    }
   }
 
   /** True while the consumer is attached to its queue. */
@@ -148,10 +155,19 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       const ch = await model.createChannel();
       ch.on('error', (err: Error) => this.logger.warn('consumer channel error', { consumer: this.name, error: err.message }));
       ch.on('close', () => this.onChannelClose(ch));
+      // close() may have been called during any await: a consumer attached after it
+      // would requeue every delivery in a loop.
+      const abandon = async () => {
+        if (!this.closed && !this.stopping) return false;
+        await ch.close().catch(() => undefined);
+        return true;
+      };
       await ch.prefetch(this.prefetch);
+      if (await abandon()) return;
       this.channel = ch;
       const reply = await ch.consume(this.declaration.queue, (msg) => this.onMessage(ch, msg), { noAck: false });
       this.consumerTag = reply.consumerTag;
+      if (await abandon()) return;
       this.reattachAttempt = 0;
       this.logger.info('consumer attached', { consumer: this.name, queue: this.declaration.queue });
     })().finally(() => {
@@ -161,12 +177,16 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   }
 
   private onChannelClose(ch: amqp.Channel): void {
+    // Deliveries waiting on this channel went back to the queue with it: never start them.
+    this.forget(ch);
     if (this.channel !== ch) return;
     this.channel = undefined;
     this.consumerTag = undefined;
-    // Deliveries waiting on this channel go back to the queue with it.
-    for (let i = this.waiting.length - 1; i >= 0; i--) if (this.waiting[i]?.ch === ch) this.waiting.splice(i, 1);
     if (!this.closed && !this.stopping) this.scheduleReattach('channel closed');
+  }
+
+  private forget(ch: amqp.Channel): void {
+    for (let i = this.waiting.length - 1; i >= 0; i--) if (this.waiting[i]?.ch === ch) this.waiting.splice(i, 1);
   }
 
   private scheduleReattach(why: string): void {
@@ -187,6 +207,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       if (this.channel && !this.consumerTag) {
         const old = this.channel;
         this.channel = undefined;
+        this.forget(old);
         await old.close().catch(() => undefined);
       }
       await this.attach(model);
@@ -205,11 +226,8 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       if (!this.closed && !this.stopping) this.scheduleReattach('cancelled');
       return;
     }
-    if (this.stopping) {
-      this.requeue({ msg, ch });
-      return;
-    }
     this.waiting.push({ msg, ch });
+    if (this.stopping) return; // close() puts it back
     this.pump();
   }
 
@@ -253,7 +271,12 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       case 'requeued': this.stats.requeued++; break;
       case 'redelivery-moved': this.stats.redeliveryMoved++; break;
     }
-    this.emit('outcome', outcome);
+    try {
+      this.emit('outcome', outcome);
+    } catch (error) {
+      // A listener's failure must not become the message's failure: it is already settled.
+      this.logger.error('an outcome listener threw', { consumer: this.name, outcome: outcome.kind, error: error instanceof Error ? error.message : String(error) });
+    }
   }
 
   private ack(d: Delivery): boolean {
@@ -278,7 +301,6 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       const decoded = this.decode(msg, messageId);
       const payload = decoded instanceof Promise ? await decoded : decoded;
       await this.runHandler(d, payload, messageId, headers, attempts.failed);
-      if (this.ack(d)) this.count({ kind: 'acked', messageId });
     } catch (error) {
       if (error instanceof ParkNow) {
         await this.park(d, headers, error.reason, error.error, attempts.failed + 1);
@@ -297,7 +319,9 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
         return;
       }
       await this.retry(d, headers, error, attempts.failed, { countAttempt: true });
+      return;
     }
+    if (this.ack(d)) this.count({ kind: 'acked', messageId });
   }
 
   /**
@@ -364,22 +388,35 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       tx,
       raw: d.msg,
     });
+    // The clock starts when the handler starts: time spent waiting for the database
+    // (an outage, or another transaction holding SQLite) is the guard's to bound, and
+    // must not be counted as a failed attempt.
+    let timedOut: ((error: Error) => void) | undefined;
+    const arm = (): void => {
+      if (timer !== undefined) return;
+      timer = setTimeout(() => {
+        const error = new HandlerTimeoutError(this.name, this.timeoutMs);
+        controller.abort(error);
+        timedOut?.(error);
+      }, this.timeoutMs);
+    };
     try {
       const guard = this.options.idempotency;
-      const work: Promise<void> = guard
-        ? this.runGuarded(guard, messageId as string, async (tx) => {
-            await this.handler(payload, context(tx));
-          })
-        : this.callHandler(payload, context(undefined as Tx));
+      let work: Promise<void>;
+      if (guard) {
+        work = this.runGuarded(guard, messageId as string, async (tx) => {
+          arm();
+          await this.handler(payload, context(tx));
+        });
+      } else {
+        arm();
+        work = this.callHandler(payload, context(undefined as Tx));
+      }
       // One promise for "the work settled or the time ran out" (not a race of two):
       // this runs once per message. After a timeout the work may still settle; its
       // late rejection lands in `reject` of a settled promise and is not news.
       await new Promise<void>((resolve, reject) => {
-        timer = setTimeout(() => {
-          const error = new HandlerTimeoutError(this.name, this.timeoutMs);
-          controller.abort(error);
-          reject(error);
-        }, this.timeoutMs);
+        timedOut = reject;
         work.then(resolve, reject);
       });
     } finally {
@@ -466,16 +503,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
    * closes meanwhile the broker redelivers it. Returns true when acked.
    */
   private async move(d: Delivery, queue: string, headers: Record<string, unknown>): Promise<boolean> {
-    const p = d.msg.properties;
-    const properties: amqp.Options.Publish = { headers, persistent: true };
-    if (p.messageId !== undefined) properties.messageId = p.messageId as string;
-    if (p.contentType !== undefined) properties.contentType = p.contentType as string;
-    if (p.contentEncoding !== undefined) properties.contentEncoding = p.contentEncoding as string;
-    if (p.correlationId !== undefined) properties.correlationId = p.correlationId as string;
-    if (p.timestamp !== undefined) properties.timestamp = p.timestamp as number;
-    if (p.type !== undefined) properties.type = p.type as string;
-    if (p.appId !== undefined) properties.appId = p.appId as string;
-    if (p.priority !== undefined) properties.priority = p.priority as number;
+    const properties = copyProperties(d.msg, headers);
     for (let attempt = 1; ; attempt++) {
       if (this.channel !== d.ch) return false; // its channel is gone: the broker redelivers it
       try {
@@ -485,8 +513,31 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
         if (error instanceof ClosedError) return false;
         this.logger.error('could not move a message; it stays unacked and the move is tried again', { consumer: this.name, queue, attempt, error: error instanceof Error ? error.message : String(error) });
         if (this.channel !== d.ch) return false; // its channel is gone: the broker redelivers it
+        if (error instanceof UnroutableError) {
+          // Someone deleted a retry or parked queue: declare this consumer's queues again.
+          await this.connection
+            .waitReady(5000)
+            .then((model) => declareTopology(model, this.topology, this.name))
+            .catch((e: unknown) => this.logger.error('could not declare the queues again', { consumer: this.name, error: e instanceof Error ? e.message : String(e) }));
+        }
         await new Promise((r) => setTimeout(r, backoffDelay(attempt, 200, 5000)));
       }
+    }
+  }
+
+  /**
+   * Puts a delivery that never started back in its queue. A nack would mark it
+   * redelivered, which the crash-loop guard counts as a death; a confirmed copy keeps
+   * its counts as they were. If the copy cannot be made, the nack is the fallback.
+   */
+  private async putBack(d: Delivery): Promise<void> {
+    const messageId = d.msg.properties.messageId as string | undefined;
+    try {
+      if (this.channel !== d.ch) return; // its channel is gone: the broker has it back already
+      await this.publisher.send({ exchange: '', routingKey: this.declaration.queue, content: d.msg.content, properties: copyProperties(d.msg, d.msg.properties.headers ?? {}) });
+      if (this.ack(d)) this.count({ kind: 'requeued', messageId });
+    } catch {
+      this.requeue(d);
     }
   }
 
@@ -500,9 +551,10 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     this.stopping = true;
     this.unregister?.();
     if (this.reattachTimer) clearTimeout(this.reattachTimer);
+    if (this.attaching) await this.attaching.catch(() => undefined);
     const ch = this.channel;
     if (ch && this.consumerTag) await ch.cancel(this.consumerTag).catch(() => undefined);
-    for (const d of this.waiting.splice(0)) this.requeue(d);
+    await Promise.all(this.waiting.splice(0).map((d) => this.putBack(d)));
     if (this.active.size > 0) {
       let timer: NodeJS.Timeout | undefined;
       const deadline = new Promise<'timeout'>((r) => (timer = setTimeout(() => r('timeout'), this.shutdownTimeoutMs)));
@@ -517,6 +569,23 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     this.channel = undefined;
     if (ch) await ch.close().catch(() => undefined);
   }
+}
+
+/** The properties of a delivery for its copy in another queue (no expiration: a copy waits as long as its queue says). */
+function copyProperties(msg: amqp.ConsumeMessage, headers: Record<string, unknown>): amqp.Options.Publish {
+  const p = msg.properties;
+  const properties: amqp.Options.Publish = { headers, persistent: true };
+  if (p.messageId !== undefined) properties.messageId = p.messageId as string;
+  if (p.contentType !== undefined) properties.contentType = p.contentType as string;
+  if (p.contentEncoding !== undefined) properties.contentEncoding = p.contentEncoding as string;
+  if (p.correlationId !== undefined) properties.correlationId = p.correlationId as string;
+  if (p.replyTo !== undefined) properties.replyTo = p.replyTo as string;
+  if (p.timestamp !== undefined) properties.timestamp = p.timestamp as number;
+  if (p.type !== undefined) properties.type = p.type as string;
+  if (p.appId !== undefined) properties.appId = p.appId as string;
+  if (p.userId !== undefined) properties.userId = p.userId as string;
+  if (p.priority !== undefined) properties.priority = p.priority as number;
+  return properties;
 }
 
 class DuplicateDelivery extends Error {}

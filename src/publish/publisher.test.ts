@@ -49,3 +49,26 @@ describe('publisher', () => {
     await expect(warren.publish('x', cyclic)).rejects.toThrow(/`payload`.*JSON/);
   });
 });
+
+describe('publisher faults', () => {
+  it('charges a return to the publish it belongs to when two share a message id', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('p')]: { bindings: ['bound'] } } }));
+    const c = [...topology.consumers.values()][0]!;
+    const warren = await connectWarren(topology);
+    const [routed, returned] = await Promise.allSettled([
+      warren.publish('bound', { n: 1 }, { messageId: 'same-id' }),
+      warren.publish('unbound', { n: 2 }, { messageId: 'same-id' }),
+    ]);
+    expect(routed.status).toBe('fulfilled');
+    expect(returned.status).toBe('rejected');
+    expect((returned as PromiseRejectedResult).reason).toBeInstanceOf(UnroutableError);
+    expect(await drain(await rawConnection(), c.queue)).toHaveLength(1);
+  });
+
+  it('says why when the broker closes the channel over a missing exchange, and recovers', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('p')]: { bindings: ['x'] } } }));
+    const warren = await connectWarren(topology);
+    await expect(warren.publish('x', {}, { exchange: `${topology.exchange}.missing` })).rejects.toThrow(/not confirmed.*NOT_FOUND/);
+    await expect(warren.publish('x', {})).resolves.toHaveProperty('messageId');
+  });
+});

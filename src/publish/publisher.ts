@@ -66,6 +66,8 @@ export class Publisher {
   private slotHead = 0;
   private drained: Promise<void> | undefined;
   private closed = false;
+  /** Why the broker closed a channel (e.g. a publish to an exchange that does not exist). */
+  private readonly closeReasons = new WeakMap<amqp.ConfirmChannel, string>();
   private unregister: (() => void) | undefined;
 
   constructor(
@@ -97,7 +99,10 @@ export class Publisher {
     if (this.opening) return this.opening;
     this.opening = (async () => {
       const ch = await model.createConfirmChannel();
-      ch.on('error', (err: Error) => this.logger.warn('publish channel error', { error: err.message }));
+      ch.on('error', (err: Error) => {
+        this.closeReasons.set(ch, err.message);
+        this.logger.warn('publish channel error', { error: err.message });
+      });
       ch.on('return', (msg: amqp.Message) => this.onReturn(msg));
       ch.on('close', () => {
         if (this.channel === ch) this.channel = undefined;
@@ -111,7 +116,7 @@ export class Publisher {
   }
 
   private onReturn(msg: amqp.Message): void {
-    const key = keyOf(msg.properties.messageId as string | undefined, msg.fields.routingKey);
+    const key = keyOf(msg.fields.exchange, msg.fields.routingKey, msg.properties.messageId as string | undefined);
     const list = this.pendingByKey.get(key);
     const entry = list?.find((p) => p.returned === undefined);
     if (entry) entry.returned = `${(msg.fields as { replyCode?: number }).replyCode ?? 312} ${(msg.fields as { replyText?: string }).replyText ?? 'NO_ROUTE'}`;
@@ -186,7 +191,7 @@ export class Publisher {
 
   private publishOn(ch: amqp.ConfirmChannel, message: OutgoingMessage): Promise<void> {
     const messageId = message.properties.messageId;
-    const key = keyOf(messageId, message.routingKey);
+    const key = keyOf(message.exchange, message.routingKey, messageId);
     return new Promise<void>((resolve, reject) => {
       const entry: Pending = {
         key,
@@ -209,7 +214,8 @@ export class Publisher {
         writable = ch.publish(message.exchange, message.routingKey, message.content, { ...message.properties, mandatory: true }, (err: unknown) => {
           if (err) {
             const closed = /closed/i.test(err instanceof Error ? err.message : String(err));
-            entry.settle(closed ? new PublishNotConfirmedError(messageId, 'the channel closed before the broker confirmed', { cause: err }) : new PublishNackedError(messageId, { cause: err }));
+            const why = this.closeReasons.get(ch);
+            entry.settle(closed ? new PublishNotConfirmedError(messageId, `the channel closed before the broker confirmed${why ? ` (${why})` : ''}`, { cause: err }) : new PublishNackedError(messageId, { cause: err }));
           } else if (entry.returned !== undefined) {
             entry.settle(new UnroutableError(message.exchange, message.routingKey, messageId, entry.returned));
           } else {
@@ -244,12 +250,20 @@ export class Publisher {
     const ch = this.channel;
     this.channel = undefined;
     if (ch) {
-      await ch.waitForConfirms().catch(() => undefined);
+      // Bounded: a broker that stopped reading (a resource alarm) must not hang shutdown.
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([ch.waitForConfirms().catch(() => undefined), new Promise((r) => (timer = setTimeout(r, this.connectTimeoutMs)))]);
+      clearTimeout(timer);
       await ch.close().catch(() => undefined);
     }
   }
 }
 
-function keyOf(messageId: string | undefined, routingKey: string): string {
-  return messageId ?? `\u0000${routingKey}`;
+/**
+ * Returns carry no delivery tag, so a return is matched to its publish by exchange,
+ * routing key and message id. Two pending publishes alike in all three are
+ * interchangeable: whichever the return is charged to, the outcome is right.
+ */
+function keyOf(exchange: string, routingKey: string, messageId: string | undefined): string {
+  return `${exchange}\u0000${routingKey}\u0000${messageId ?? ''}`;
 }

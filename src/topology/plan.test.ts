@@ -45,7 +45,7 @@ describe('topologySpec', () => {
     const [work, retry, parked] = topologySpec(t).queues;
     expect(work?.arguments).toMatchObject({ 'x-queue-type': 'quorum', 'x-delivery-limit': 5, 'x-dead-letter-strategy': 'at-least-once', 'x-overflow': 'reject-publish' });
     expect(retry?.arguments).toMatchObject({ 'x-queue-type': 'quorum', 'x-dead-letter-strategy': 'at-least-once' });
-    expect(parked?.arguments).toEqual({ 'x-queue-type': 'quorum' });
+    expect(parked?.arguments).toEqual({ 'x-queue-type': 'quorum', 'x-delivery-limit': 1_000_000 });
   });
 });
 

@@ -39,6 +39,9 @@ function quorumArgs(): Record<string, string> {
   return { 'x-queue-type': 'quorum', 'x-dead-letter-strategy': 'at-least-once', 'x-overflow': 'reject-publish' };
 }
 
+/** Delivery limit of a quorum parked queue: high enough never to be reached by reads. */
+export const PARKED_DELIVERY_LIMIT = 1_000_000;
+
 /** The queues of one consumer. Pure: the same declaration gives the same arguments. */
 export function consumerQueues(c: ConsumerTopology): QueueSpec[] {
   const quorum = c.queueType === 'quorum';
@@ -61,7 +64,10 @@ export function consumerQueues(c: ConsumerTopology): QueueSpec[] {
     if (quorum) Object.assign(args, quorumArgs());
     specs.push({ name: c.retryQueues[i] as string, role: 'retry', consumer: c.name, arguments: args });
   });
-  specs.push({ name: c.parkedQueue, role: 'parked', consumer: c.name, arguments: quorum ? { 'x-queue-type': 'quorum' } : {} });
+  // Nothing consumes a parked queue, but reading one returns messages to it; RabbitMQ 4
+  // gives quorum queues a delivery limit of 20 and past it drops a message that has no
+  // dead-letter target. A parked message must outlive any number of reads.
+  specs.push({ name: c.parkedQueue, role: 'parked', consumer: c.name, arguments: quorum ? { 'x-queue-type': 'quorum', 'x-delivery-limit': PARKED_DELIVERY_LIMIT } : {} });
   return specs;
 }
 
