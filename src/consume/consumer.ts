@@ -9,6 +9,7 @@ import { declareTopology } from '../topology/apply.js';
 import type { ConsumerTopology, Topology } from '../topology/declaration.js';
 import type { Publisher } from '../publish/publisher.js';
 import { describeFailure, failureHeaders } from '../park/failure.js';
+import { copyProperties as copyMessageProperties } from '../park/message.js';
 import { readAttempts } from '../retry/attempts.js';
 import { decideRetry } from '../retry/ladder.js';
 import { classifyFailure } from './classify.js';
@@ -573,19 +574,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
 
 /** The properties of a delivery for its copy in another queue (no expiration: a copy waits as long as its queue says). */
 function copyProperties(msg: amqp.ConsumeMessage, headers: Record<string, unknown>): amqp.Options.Publish {
-  const p = msg.properties;
-  const properties: amqp.Options.Publish = { headers, persistent: true };
-  if (p.messageId !== undefined) properties.messageId = p.messageId as string;
-  if (p.contentType !== undefined) properties.contentType = p.contentType as string;
-  if (p.contentEncoding !== undefined) properties.contentEncoding = p.contentEncoding as string;
-  if (p.correlationId !== undefined) properties.correlationId = p.correlationId as string;
-  if (p.replyTo !== undefined) properties.replyTo = p.replyTo as string;
-  if (p.timestamp !== undefined) properties.timestamp = p.timestamp as number;
-  if (p.type !== undefined) properties.type = p.type as string;
-  if (p.appId !== undefined) properties.appId = p.appId as string;
-  if (p.userId !== undefined) properties.userId = p.userId as string;
-  if (p.priority !== undefined) properties.priority = p.priority as number;
-  return properties;
+  return copyMessageProperties(msg.properties, headers) as amqp.Options.Publish;
 }
 
 class DuplicateDelivery extends Error {}

@@ -100,6 +100,13 @@ describe('copyProperties', () => {
     const p = copyProperties(m.properties, { a: 1 });
     expect(p).toEqual({ headers: { a: 1 }, persistent: true, messageId: 'id-1', contentType: 'application/json', timestamp: 1_767_000_000 });
   });
+  it('keeps the reply address of a request', () => {
+    const m = parked({});
+    const p = copyProperties({ ...m.properties, replyTo: 'amq.rabbitmq.reply-to', userId: 'alice', expiration: '60000' } as typeof m.properties, {});
+    expect(p['replyTo']).toBe('amq.rabbitmq.reply-to');
+    expect(p['userId']).toBeUndefined();
+    expect(p['expiration']).toBeUndefined();
+  });
 });
 
 describe('attemptHistory', () => {

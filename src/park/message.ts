@@ -15,6 +15,7 @@ export interface RawMessage {
     readonly type?: unknown;
     readonly appId?: unknown;
     readonly priority?: unknown;
+    readonly replyTo?: unknown;
   };
 }
 
@@ -291,10 +292,14 @@ export function refreshHeaders(headers: Readonly<Record<string, unknown>>): Reco
   return out;
 }
 
-/** The publish properties of a copy: the original's, minus those that would change its fate (expiration, user id). */
+/**
+ * The publish properties of a copy: the original's, minus those that would change its
+ * fate: expiration, and user id (the broker rejects a user id that is not the publishing
+ * connection's own).
+ */
 export function copyProperties(p: RawMessage['properties'], headers: Record<string, unknown>): Record<string, unknown> & { headers: Record<string, unknown> } {
   const out: Record<string, unknown> & { headers: Record<string, unknown> } = { headers, persistent: true };
-  const keep = ['messageId', 'contentType', 'contentEncoding', 'correlationId', 'timestamp', 'type', 'appId', 'priority'] as const;
+  const keep = ['messageId', 'contentType', 'contentEncoding', 'correlationId', 'replyTo', 'timestamp', 'type', 'appId', 'priority'] as const;
   for (const k of keep) if (p[k] !== undefined && p[k] !== null) out[k] = p[k];
   return out;
 }
