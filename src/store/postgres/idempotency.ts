@@ -1,4 +1,4 @@
-import { StoreUnavailableError } from '../../errors.js';
+import { StoreError, StoreUnavailableError } from '../../errors.js';
 import type { GuardStats, StoreGuard } from '../index.js';
 import { Rollback } from '../transaction.js';
 import type { PgClient } from './driver.js';
@@ -22,7 +22,11 @@ export class PostgresIdempotencyGuard<C extends PgClient> implements StoreGuard<
     try {
       const outcome = await this.store.transaction(
         async (client, inserted) => {
-          if (inserted?.rowCount === 0) throw new Rollback('duplicate' as const);
+          // Fail closed: a driver or wrapper that reports no row count must not turn a
+          // duplicate into a second run of the handler.
+          const rows = inserted?.rowCount;
+          if (rows === 0) throw new Rollback('duplicate' as const);
+          if (rows !== 1) throw new StoreError('postgres', `The idempotency marker insert reported ${String(rows)} rows instead of 0 or 1, so a duplicate cannot be told from new work; the message was not handled. Use pg's own client (or one that reports rowCount for multi-statement queries).`);
           await work(client);
           return 'done' as const;
         },
