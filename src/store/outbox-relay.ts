@@ -35,10 +35,16 @@ export interface OutboxRelayOptions {
    */
   pollMs?: number;
   /**
-   * Only one relay publishes at a time (a PostgreSQL advisory lock, a SQLite lease), so
-   * rows go out in insertion order even with several relays running. When false, relays
-   * publish disjoint batches side by side (`FOR UPDATE SKIP LOCKED`), faster but with
-   * batches of different relays interleaved.
+   * Only one relay publishes at a time (a PostgreSQL advisory lock, a SQLite lease), and
+   * a row is marked sent only once every row before it was confirmed (or flagged), even
+   * with several relays running. When a publish fails (nack, no confirm), the rows sent
+   * behind it in the same pipelined batch stay pending, even if confirmed, and go out
+   * again after it; until it goes through, the relay sends one row at a time. So the
+   * last copy of each row reaches the broker in insertion order; a row sent right
+   * behind a nacked one may also have reached its queue once before it (a duplicate,
+   * like after a crash). Only `batchSize: 1` rules that out. When false, relays publish
+   * disjoint batches side by side (`FOR UPDATE SKIP LOCKED`), faster but with batches
+   * of different relays interleaved, and a failed row goes again after the rows behind it.
    * @default true
    */
   strictOrder?: boolean;
@@ -63,9 +69,12 @@ export interface OutboxRelayOptions {
 /** The outcome of publishing one row. */
 export type RowOutcome =
   | { readonly id: string; readonly status: 'sent' }
-  /** Will never go out as it is (unroutable, undecodable): flagged with the reason. */
+  /** Will never go out as it is (unroutable, no such exchange, undecodable): flagged with the reason. */
   | { readonly id: string; readonly status: 'flagged'; readonly error: string }
-  /** Failed this time (broker down, nack, no confirm): stays pending. */
+  /**
+   * Failed this time (broker down, nack, no confirm), or held back behind such a row in
+   * strict order: stays pending.
+   */
   | { readonly id: string; readonly status: 'failed'; readonly error: string };
 
 /** How rows are claimed; see {@link OutboxRelayOptions}. */
@@ -96,9 +105,9 @@ export interface RelayPass {
   readonly claimed: number;
   /** Rows confirmed by the broker and marked sent. */
   readonly published: number;
-  /** Rows flagged (unroutable); they wait for a person. */
+  /** Rows flagged (unroutable, no such exchange); they wait for a person. */
   readonly flagged: number;
-  /** Rows whose publish failed this time; they stay pending. */
+  /** Rows whose publish failed this time, or held back behind one (strict order); they stay pending. */
   readonly failed: number;
   /** True when another relay held the order lock and this pass did nothing. */
   readonly busy: boolean;
@@ -117,8 +126,12 @@ export interface RelayStats {
  * them sent. Wakes on NOTIFY (PostgreSQL) or a commit in this process (SQLite), polls
  * otherwise, and backs off while the broker or the database is down. A relay killed
  * between publish and mark publishes those rows again later: a duplicate, never a loss
- * (consumers' idempotency guards absorb it). An unroutable row is flagged with the
- * broker's reason (see `store.outbox.failed()`), logged, and skipped.
+ * (consumers' idempotency guards absorb it). A row that cannot go out as it is (no
+ * queue bound for its key, an `exchange` that does not exist, undecodable) is flagged
+ * with the broker's reason (see `store.outbox.failed()`), logged, and skipped until
+ * `store.outbox.release()`. On order (`strictOrder`): a row is marked sent only after
+ * every row before it; see {@link OutboxRelayOptions.strictOrder} for what a nack in
+ * the middle of a pipelined batch does.
  *
  * Events: `pass` ({@link RelayPass}) after each pass that claimed rows, `flagged`
  * (`{ id, messageId, error }`). No `error` event: failures are logged and retried.
@@ -144,6 +157,10 @@ export class OutboxRelay extends EventEmitter {
   private passing: Promise<RelayPass> = Promise.resolve({ claimed: 0, published: 0, flagged: 0, failed: 0, busy: false });
   private woken = false;
   private interrupt: (() => void) | undefined;
+  /** Strict order after a failed row: claim one row at a time until a pass goes through. */
+  private single = false;
+  /** The claim limit of the last pass: a pass that filled it goes again at once. */
+  private lastLimit = 0;
 
   constructor(
     private readonly driver: RelayDriver,
@@ -251,12 +268,14 @@ export class OutboxRelay extends EventEmitter {
       }
       failures = 0;
       if (pass.busy) await this.pause(this.pollMs, true);
-      else if (pass.claimed < this.claim.limit) await this.pause(this.pollMs, true);
+      else if (pass.claimed < this.lastLimit) await this.pause(this.pollMs, true);
     }
   }
 
   private async pass(): Promise<RelayPass> {
-    const outcomes = await this.driver.relayBatch(this.claim, (rows) => this.publish(rows));
+    const claim = this.single && this.claim.strictOrder ? { ...this.claim, limit: 1 } : this.claim;
+    this.lastLimit = claim.limit;
+    const outcomes = await this.driver.relayBatch(claim, (rows) => this.publish(rows));
     if (outcomes === 'busy') return { claimed: 0, published: 0, flagged: 0, failed: 0, busy: true };
     let published = 0;
     let flagged = 0;
@@ -270,6 +289,7 @@ export class OutboxRelay extends EventEmitter {
     this.stats.flagged += flagged;
     this.stats.failed += failed;
     this.stats.passes++;
+    if (outcomes.length > 0) this.single = failed > 0;
     const pass: RelayPass = { claimed: outcomes.length, published, flagged, failed, busy: false };
     if (outcomes.length > 0) this.emit('pass', pass);
     return pass;
@@ -289,29 +309,60 @@ export class OutboxRelay extends EventEmitter {
       }),
     );
     const outcomes: RowOutcome[] = [];
-    let firstFailure: string | undefined;
+    let firstFailure: { id: string; error: string } | undefined;
+    let held = 0;
     settled.forEach((result, i) => {
       const row = rows[i] as OutboxRow;
       if (result.status === 'fulfilled') {
-        outcomes.push({ id: row.id, status: 'sent' });
+        if (firstFailure !== undefined && this.claim.strictOrder) {
+          // Confirmed, but behind a row that was not: marking it sent would let the failed
+          // row go out after it. It stays pending and goes again after that row.
+          held++;
+          outcomes.push({ id: row.id, status: 'failed', error: `held back (strict order): row ${firstFailure.id} before it was not published (${firstFailure.error}); it goes out again after that row` });
+        } else {
+          outcomes.push({ id: row.id, status: 'sent' });
+        }
         return;
       }
       const error: unknown = result.reason;
       const message = error instanceof Error ? error.message : String(error);
-      if (error instanceof Undecodable || (error instanceof WarrenError && error.code === 'UNROUTABLE')) {
-        outcomes.push({ id: row.id, status: 'flagged', error: message });
-        this.logger.error('outbox row flagged: it cannot be published as it is; fix it, then `store.outbox.release()`', { id: row.id, messageId: row.messageId, routingKey: row.routingKey, error: message });
-        this.emit('flagged', { id: row.id, messageId: row.messageId, error: message });
+      const permanent = permanentReason(error, message, row.exchange ?? this.exchange);
+      if (permanent !== undefined) {
+        outcomes.push({ id: row.id, status: 'flagged', error: permanent });
+        this.logger.error('outbox row flagged: it cannot be published as it is; fix it, then `store.outbox.release()`', { id: row.id, messageId: row.messageId, routingKey: row.routingKey, error: permanent });
+        this.emit('flagged', { id: row.id, messageId: row.messageId, error: permanent });
         return;
       }
-      firstFailure ??= message;
+      firstFailure ??= { id: row.id, error: message };
       outcomes.push({ id: row.id, status: 'failed', error: message });
     });
     if (firstFailure !== undefined) {
-      this.logger.warn('outbox rows not published; they stay pending and are tried again', { failed: outcomes.filter((o) => o.status === 'failed').length, error: firstFailure });
+      const failed = outcomes.filter((o) => o.status === 'failed').length;
+      this.logger.warn('outbox rows not published; they stay pending and are tried again', { failed: failed - held, heldBack: held, error: firstFailure.error });
     }
     return outcomes;
   }
+}
+
+/**
+ * Why a failed publish will fail the same way every time, or undefined when it may
+ * succeed later. Unroutable and undecodable rows; and a row whose exchange does not
+ * exist: the broker closes the channel with 404 NOT_FOUND naming the exchange. That
+ * close fails every publish in flight on the channel, each carrying the same reason, so
+ * only a row whose own exchange is the one named is at fault. amqplib rejects the
+ * unconfirmed publishes with a bare 'channel closed' (no reply code), so the text is
+ * what tells; a `code` of 404 anywhere in the cause chain is taken too.
+ */
+function permanentReason(error: unknown, message: string, exchange: string): string | undefined {
+  if (error instanceof Undecodable || (error instanceof WarrenError && error.code === 'UNROUTABLE')) return message;
+  const named = `no exchange '${exchange}' in vhost`;
+  for (let e: unknown = error, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if ((code === 404 || e.message.includes('NOT_FOUND')) && e.message.includes(named)) {
+      return `404 NOT_FOUND: exchange '${exchange}' does not exist (${message})`;
+    }
+  }
+  return undefined;
 }
 
 class Undecodable extends Error {

@@ -1,12 +1,13 @@
 /**
  * The transactional outbox and its relay, over every backend, against a real broker:
- * stamping, order, prompt wake-up, unroutable rows, several relays, the broker or the
- * database down for a while, and a relay killed between publish and mark.
+ * stamping, order (also when the broker nacks a row in the middle of a batch), prompt
+ * wake-up, unroutable rows and rows for a missing exchange, several relays, the broker or
+ * the database down for a while, and a relay killed between publish and mark.
  */
 import { describe, expect, it } from 'vitest';
 import type * as amqp from 'amqplib';
 import type { TopologyOptions } from '../index.js';
-import { AMQP_URL, connectWarren, depth, drain, onTeardown, rawConnection, testTopology, waitFor } from '../../test/helpers.js';
+import { AMQP_URL, connectWarren, depth, drain, onTeardown, rawConnection, testTopology, uniqueName, waitFor } from '../../test/helpers.js';
 import { BACKENDS, harness } from './testing/harness.js';
 import { exec, type AnyStore } from './testing/spec.js';
 import { spawnChild } from './testing/spawn.js';
@@ -120,6 +121,88 @@ describe.each(BACKENDS)('outbox relay: %s', (backend) => {
     expect(await store.outbox.release()).toBe(1);
     await waitFor(async () => (await depth(conn, queue)) === 1, 'the released row to be published');
     expect(idsOf(await drain(conn, queue))).toEqual([lost]);
+    expect(await relay.lag()).toMatchObject({ pending: 0, failed: 0 });
+  });
+
+  it('keeps strict order when the broker nacks a row in the middle of a batch: the rows behind it wait and go again after it', async () => {
+    const h = await harness(backend);
+    const store = h.store();
+    const { topology, queue } = setup();
+    const warren = await connectWarren(topology);
+    const conn = await rawConnection();
+    // A queue that holds one message and nacks publishes beyond it (reject-publish), bound
+    // to one key only: filled, it nacks exactly the row with that key, deterministically,
+    // while the rows around it (order.created, only to the audit queue) are confirmed.
+    const ch = await conn.createChannel();
+    const full = (await ch.assertQueue(uniqueName('full'), { exclusive: true, arguments: { 'x-max-length': 1, 'x-overflow': 'reject-publish' } })).queue;
+    await ch.bindQueue(full, topology.exchange, 'order.limited');
+    ch.sendToQueue(full, Buffer.from('filler'));
+    await waitFor(async () => (await depth(conn, full)) === 1, 'the limited queue to fill');
+    const [r0] = await add(store, 1);
+    const [r1] = await add(store, 1, {}, 'order.limited');
+    const [r2, r3] = await add(store, 2);
+    const relay = store.relay({ publisher: warren.publisher, exchange: topology.exchange, batchSize: 10, pollMs: 20, retry: { initialDelayMs: 20, maxDelayMs: 50 } });
+    await relay.start();
+    onTeardown(() => relay.stop());
+    // First pass: r1 nacked, r2 and r3 confirmed but held back; then r1 alone, again and again.
+    await waitFor(() => relay.stats.failed >= 5, 'the nacked row to be tried again');
+    expect(await relay.lag()).toMatchObject({ pending: 3, failed: 0 });
+    expect(relay.stats.published).toBe(1);
+    // The audit queue (order.*) also takes a copy of r1 at each nacked try. r2 and r3 went
+    // out once, pipelined behind r1, and not again while r1 is refused.
+    const stuck = idsOf(await drain(conn, queue));
+    expect(stuck.filter((id) => id !== r1)).toEqual([r0, r2, r3]);
+    expect(stuck.slice(0, 2)).toEqual([r0, r1]);
+    // Room in the limited queue: r1 is confirmed, then r2 and r3 go again, after it.
+    await ch.purgeQueue(full);
+    await waitFor(async () => (await relay.lag()).pending === 0, 'the rows to go out');
+    const after = idsOf(await drain(conn, queue));
+    expect(after.slice(-3)).toEqual([r1, r2, r3]);
+    expect(after.filter((id) => id !== r1)).toEqual([r2, r3]);
+    expect(idsOf(await drain(conn, full))).toEqual([r1]);
+    expect(relay.stats).toMatchObject({ published: 4, flagged: 0 });
+  });
+
+  it('flags a row whose exchange does not exist (404) instead of retrying it and closing the channel again; the rows after it go on; release() retries it', async () => {
+    const h = await harness(backend);
+    const store = h.store();
+    const { topology, queue } = setup();
+    const warnings: string[] = [];
+    const logger = { debug() {}, info() {}, warn: (message: string) => void warnings.push(message), error() {} };
+    const warren = await connectWarren(topology, { logger });
+    const conn = await rawConnection();
+    const missing = `${topology.exchange}.missing`;
+    const [r0] = await add(store, 1);
+    const [r1] = await add(store, 1, { exchange: missing });
+    const [r2, r3] = await add(store, 2);
+    const relay = store.relay({ publisher: warren.publisher, exchange: topology.exchange, pollMs: 20, retry: { initialDelayMs: 20, maxDelayMs: 50 } });
+    const flagged: unknown[] = [];
+    relay.on('flagged', (f) => flagged.push(f));
+    await relay.start();
+    onTeardown(() => relay.stop());
+    await waitFor(async () => (await relay.lag()).failed === 1 && (await relay.lag()).pending === 0, 'one row flagged, the others published');
+    // r0 may go twice: the channel close fails its publish too if it was not confirmed yet.
+    expect([...new Set(idsOf(await drain(conn, queue)))]).toEqual([r0, r2, r3]);
+    const failures = await store.outbox.failed();
+    expect(failures).toHaveLength(1);
+    expect(failures[0]).toMatchObject({ messageId: r1, exchange: missing, attempts: 1 });
+    expect(failures[0]?.error).toMatch(/404 NOT_FOUND/);
+    expect(failures[0]?.error).toContain(`'${missing}'`);
+    await sleep(200);
+    // Not retried: the broker closed the publisher's channel once, not at every pass.
+    expect(relay.stats.flagged).toBe(1);
+    expect(flagged).toHaveLength(1);
+    expect(warnings.filter((w) => w === 'publish channel error')).toHaveLength(1);
+    await expect(warren.publish('order.created', { app: true })).resolves.toHaveProperty('messageId');
+    await drain(conn, queue);
+    // Someone creates the exchange (bound to the audit queue), then releases the row.
+    const ch = await conn.createChannel();
+    await ch.assertExchange(missing, 'topic', { durable: false });
+    onTeardown(async () => void (await ch.deleteExchange(missing).catch(() => undefined)));
+    await ch.bindQueue(queue, missing, 'order.*');
+    expect(await store.outbox.release()).toBe(1);
+    await waitFor(async () => (await depth(conn, queue)) === 1, 'the released row to be published');
+    expect(idsOf(await drain(conn, queue))).toEqual([r1]);
     expect(await relay.lag()).toMatchObject({ pending: 0, failed: 0 });
   });
 
