@@ -16,23 +16,9 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   say "Node.js 20 or newer, with npm, is needed first (https://nodejs.org)" >&2
   exit 1
 fi
-if [[ ! -d node_modules ]]; then
-  say "installing dependencies"
-  # npm ci is the reproducible install, but it refuses a lockfile that has
-  # drifted from package.json in the smallest way; npm install copes. Only
-  # the reason is shown, not the usage text npm ci prints after it.
-  ci_log=$(mktemp)
-  if [[ -f package-lock.json ]] && npm ci --no-audit --no-fund >"$ci_log" 2>&1; then
-    cat "$ci_log"
-  else
-    if [[ -f package-lock.json ]]; then
-      say "npm ci refused, falling back to npm install:"
-      sed '/Clean install a project/q' "$ci_log" | grep -vE '^npm error *$|Clean install' | head -n 8
-    fi
-    npm install --no-audit --no-fund
-  fi
-  rm -f "$ci_log"
-fi
+# shellcheck source=scripts/install-deps.sh
+source scripts/install-deps.sh
+install_deps
 
 # --- RabbitMQ on 5672 --------------------------------------------------------
 # True when something on 5672 answers the AMQP 0-9-1 protocol header with a

@@ -29,23 +29,9 @@ done
 (( ${#brokers[@]} )) || { say "WARREN_TEST_BROKERS is empty" >&2; exit 2; }
 
 # --- dependencies ----------------------------------------------------------
-if [[ ! -d node_modules ]]; then
-  say "installing dependencies"
-  # npm ci is the reproducible install, but it refuses a lockfile that has
-  # drifted from package.json in the smallest way; npm install copes. Only
-  # the reason is shown, not the usage text npm ci prints after it.
-  ci_log=$(mktemp)
-  if [[ -f package-lock.json ]] && npm ci --no-audit --no-fund >"$ci_log" 2>&1; then
-    cat "$ci_log"
-  else
-    if [[ -f package-lock.json ]]; then
-      say "npm ci refused, falling back to npm install:"
-      sed '/Clean install a project/q' "$ci_log" | grep -vE '^npm error *$|Clean install' | head -n 8
-    fi
-    npm install --no-audit --no-fund
-  fi
-  rm -f "$ci_log"
-fi
+# shellcheck source=scripts/install-deps.sh
+source scripts/install-deps.sh
+install_deps
 # better-sqlite3 is a native addon built at install time (package.json's
 # allowScripts lets npm 11 run its build). Rebuild it if it does not load,
 # for instance after a Node upgrade.
