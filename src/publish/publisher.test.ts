@@ -1,6 +1,7 @@
+import * as net from 'node:net';
 import { describe, expect, it } from 'vitest';
-import { HEADER, InvalidOptionError, UnroutableError } from '../index.js';
-import { connectWarren, drain, rawConnection, testTopology } from '../../test/helpers.js';
+import { HEADER, InvalidOptionError, PublishNotConfirmedError, UnroutableError } from '../index.js';
+import { AMQP_URL, connectWarren, drain, onTeardown, rawConnection, testTopology } from '../../test/helpers.js';
 
 describe('publisher', () => {
   it('stamps id, occurred-at, JSON content type and persistence, and keeps a given id', async () => {
@@ -70,5 +71,58 @@ describe('publisher faults', () => {
     const warren = await connectWarren(topology);
     await expect(warren.publish('x', {}, { exchange: `${topology.exchange}.missing` })).rejects.toThrow(/not confirmed.*NOT_FOUND/);
     await expect(warren.publish('x', {})).resolves.toHaveProperty('messageId');
+  });
+});
+
+describe('confirm timeout', () => {
+  it('rejects a publish whose confirm does not come, and carries on once the broker answers again', async () => {
+    // A forwarder that can stop passing the broker's frames to the client, as a broker
+    // under a resource alarm stops answering, while the socket stays open.
+    const upstream = new URL(AMQP_URL);
+    const sockets: net.Socket[] = [];
+    let holding = false;
+    const held: Array<[net.Socket, Buffer]> = [];
+    const proxy = net.createServer((client) => {
+      const server = net.connect(Number(upstream.port || 5672), upstream.hostname);
+      sockets.push(client, server);
+      client.pipe(server);
+      server.on('data', (chunk: Buffer) => {
+        if (holding) held.push([client, chunk]);
+        else client.write(chunk);
+      });
+      client.on('error', () => server.destroy());
+      server.on('error', () => client.destroy());
+      client.on('close', () => server.destroy());
+      server.on('close', () => client.destroy());
+    });
+    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+    onTeardown(async () => {
+      for (const s of sockets) s.destroy();
+      await new Promise((r) => proxy.close(r));
+    });
+    const port = (proxy.address() as net.AddressInfo).port;
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('p')]: { bindings: ['x'] } } }));
+    const c = [...topology.consumers.values()][0]!;
+    const viaProxy = `amqp://${upstream.username}:${upstream.password}@127.0.0.1:${port}`;
+    const warren = await connectWarren(topology, { url: viaProxy, publisher: { confirmTimeoutMs: 300 } });
+    await warren.publish('x', { n: 1 });
+
+    holding = true;
+    const started = Date.now();
+    const error = await warren.publish('x', { n: 2 }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(PublishNotConfirmedError);
+    expect((error as Error).message).toMatch(/no confirm from the broker within 300 ms/);
+    expect(Date.now() - started).toBeLessThan(3000);
+
+    holding = false;
+    for (const [socket, chunk] of held.splice(0)) socket.write(chunk);
+    await expect(warren.publish('x', { n: 3 })).resolves.toHaveProperty('messageId');
+    // The broker had the unconfirmed message all along: "not confirmed" never meant "lost".
+    expect((await drain(await rawConnection(), c.queue)).map((m) => JSON.parse(m.content.toString()).n)).toEqual([1, 2, 3]);
+  });
+
+  it('refuses a confirm timeout out of range, naming the option', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('p')]: { bindings: ['x'] } } }));
+    await expect(connectWarren(topology, { publisher: { confirmTimeoutMs: 0 } })).rejects.toThrow(/`confirmTimeoutMs`/);
   });
 });

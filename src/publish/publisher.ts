@@ -18,6 +18,14 @@ export interface PublisherOptions {
    * @default 10000
    */
   connectTimeoutMs?: number;
+  /**
+   * How long a publish waits for the broker's confirm before it is rejected with
+   * {@link PublishNotConfirmedError} (the broker may have it: publish again, same id).
+   * A broker under a memory or disk alarm stops reading publishers' sockets; without
+   * this bound a publish, and a consumer's move, would wait for as long as the alarm lasts.
+   * @default 30000
+   */
+  confirmTimeoutMs?: number;
   /** @default a logger that drops everything */
   logger?: Logger;
 }
@@ -37,11 +45,13 @@ export interface PublishReceipt {
 
 interface Pending {
   readonly key: string;
+  readonly messageId: string | undefined;
+  readonly sentAt: number;
   returned?: string;
   settle(error?: Error): void;
 }
 
-const DEFAULTS = { maxInFlight: 1000, connectTimeoutMs: 10_000 } as const;
+const DEFAULTS = { maxInFlight: 1000, connectTimeoutMs: 10_000, confirmTimeoutMs: 30_000 } as const;
 
 /**
  * Publishes with publisher confirms and `mandatory`: `publish()` resolves only once the
@@ -56,6 +66,8 @@ const DEFAULTS = { maxInFlight: 1000, connectTimeoutMs: 10_000 } as const;
 export class Publisher {
   private readonly maxInFlight: number;
   private readonly connectTimeoutMs: number;
+  private readonly confirmTimeoutMs: number;
+  private sweeper: NodeJS.Timeout | undefined;
   private readonly logger: Logger;
   private channel: amqp.ConfirmChannel | undefined;
   private opening: Promise<amqp.ConfirmChannel> | undefined;
@@ -79,15 +91,33 @@ export class Publisher {
     if (!Number.isInteger(max) || max < 1 || max > 100_000) throw new InvalidOptionError('maxInFlight', `${max} is not a whole number from 1 to 100000`);
     this.maxInFlight = max;
     this.connectTimeoutMs = options.connectTimeoutMs ?? DEFAULTS.connectTimeoutMs;
+    const confirm = options.confirmTimeoutMs ?? DEFAULTS.confirmTimeoutMs;
+    if (!Number.isInteger(confirm) || confirm < 10 || confirm > 3_600_000) throw new InvalidOptionError('confirmTimeoutMs', `${confirm} is not a whole number of milliseconds from 10 to 3600000`);
+    this.confirmTimeoutMs = confirm;
     this.logger = options.logger ?? silentLogger;
   }
 
   /** Opens the confirm channel now and after every reconnect. */
   async start(): Promise<void> {
+    // One sweep for every publish rather than a timer each: the publish path stays cheap.
+    this.sweeper = setInterval(() => this.expire(), Math.min(1000, Math.ceil(this.confirmTimeoutMs / 2)));
+    this.sweeper.unref();
     this.unregister = await this.connection.onReady(async (model) => {
       this.channel = undefined;
       await this.openChannel(model);
     });
+  }
+
+  /** Rejects publishes whose confirm is overdue; a late confirm then changes nothing. */
+  private expire(): void {
+    const before = Date.now() - this.confirmTimeoutMs;
+    for (const list of [...this.pendingByKey.values()]) {
+      for (const entry of [...list]) {
+        if (entry.sentAt <= before) {
+          entry.settle(new PublishNotConfirmedError(entry.messageId, `no confirm from the broker within ${this.confirmTimeoutMs} ms (it may be blocked by a memory or disk alarm)`));
+        }
+      }
+    }
   }
 
   /** Messages sent and not yet confirmed. */
@@ -195,6 +225,8 @@ export class Publisher {
     return new Promise<void>((resolve, reject) => {
       const entry: Pending = {
         key,
+        messageId,
+        sentAt: Date.now(),
         settle: (error?: Error) => {
           const list = this.pendingByKey.get(key);
           if (list) {
@@ -247,6 +279,7 @@ export class Publisher {
     if (this.closed) return;
     this.closed = true;
     this.unregister?.();
+    clearInterval(this.sweeper);
     const ch = this.channel;
     this.channel = undefined;
     if (ch) {
