@@ -45,6 +45,8 @@ export interface PublishReceipt {
 
 interface Pending {
   readonly key: string;
+  readonly exchange: string;
+  readonly routingKey: string;
   readonly messageId: string | undefined;
   readonly sentAt: number;
   returned?: string;
@@ -146,9 +148,9 @@ export class Publisher {
   }
 
   private onReturn(msg: amqp.Message): void {
-    const key = keyOf(msg.fields.exchange, msg.fields.routingKey, msg.properties.messageId as string | undefined);
-    const list = this.pendingByKey.get(key);
-    const entry = list?.find((p) => p.returned === undefined);
+    const list = this.pendingByKey.get(keyOf(msg.properties.messageId as string | undefined));
+    const { exchange, routingKey } = msg.fields;
+    const entry = list?.find((p) => p.returned === undefined && p.exchange === exchange && p.routingKey === routingKey);
     if (entry) entry.returned = `${(msg.fields as { replyCode?: number }).replyCode ?? 312} ${(msg.fields as { replyText?: string }).replyText ?? 'NO_ROUTE'}`;
   }
 
@@ -221,10 +223,12 @@ export class Publisher {
 
   private publishOn(ch: amqp.ConfirmChannel, message: OutgoingMessage): Promise<void> {
     const messageId = message.properties.messageId;
-    const key = keyOf(message.exchange, message.routingKey, messageId);
+    const key = keyOf(messageId);
     return new Promise<void>((resolve, reject) => {
       const entry: Pending = {
         key,
+        exchange: message.exchange,
+        routingKey: message.routingKey,
         messageId,
         sentAt: Date.now(),
         settle: (error?: Error) => {
@@ -293,10 +297,10 @@ export class Publisher {
 }
 
 /**
- * Returns carry no delivery tag, so a return is matched to its publish by exchange,
- * routing key and message id. Two pending publishes alike in all three are
- * interchangeable: whichever the return is charged to, the outcome is right.
+ * Returns carry no delivery tag, so a return is matched to its publish by message id
+ * (this key), then exchange and routing key. Two pending publishes alike in all three
+ * are interchangeable: whichever the return is charged to, the outcome is right.
  */
-function keyOf(exchange: string, routingKey: string, messageId: string | undefined): string {
-  return `${exchange}\u0000${routingKey}\u0000${messageId ?? ''}`;
+function keyOf(messageId: string | undefined): string {
+  return messageId ?? '';
 }
