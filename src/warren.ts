@@ -34,7 +34,14 @@ export interface WarrenOptions extends ConnectionOptions {
  * await warren.close();
  */
 export class Warren {
+  /** The connection consumers and the topology use. */
   readonly connection: BrokerConnection;
+  /**
+   * The connection publishes (and consumers' moves) use. RabbitMQ blocks a connection
+   * that publishes while it is under a memory or disk alarm; on a connection of their
+   * own, consumers keep acking meanwhile. Named `<connectionName> (publish)`.
+   */
+  readonly publishConnection: BrokerConnection;
   readonly publisher: Publisher;
   /**
    * Consumers move messages (retry, park) on a confirm channel of their own, so an
@@ -52,8 +59,9 @@ export class Warren {
     this.topology = options.topology;
     this.logger = options.logger ?? silentLogger;
     this.connection = new BrokerConnection(options);
-    this.publisher = new Publisher(this.connection, this.topology.exchange, { logger: this.logger, ...options.publisher });
-    this.mover = new Publisher(this.connection, this.topology.exchange, { logger: this.logger, ...options.publisher });
+    this.publishConnection = new BrokerConnection({ ...options, connectionName: `${options.connectionName ?? 'warren'} (publish)` });
+    this.publisher = new Publisher(this.publishConnection, this.topology.exchange, { logger: this.logger, ...options.publisher });
+    this.mover = new Publisher(this.publishConnection, this.topology.exchange, { logger: this.logger, ...options.publisher });
     this.managementOptions = options.management;
   }
 
@@ -67,10 +75,11 @@ export class Warren {
       await warren.connection.open();
       // The first declaration's failure (drift) is the caller's error, not a log line.
       if (options.declare !== false) await declareTopology(await warren.connection.waitReady(1000), warren.topology);
+      await warren.publishConnection.open();
       await warren.publisher.start();
       await warren.mover.start();
     } catch (error) {
-      await warren.connection.close();
+      await Promise.all([warren.connection.close(), warren.publishConnection.close()]);
       throw error;
     }
     return warren;
@@ -110,6 +119,6 @@ export class Warren {
     this.closed = true;
     await Promise.all(this.consumers.map((c) => c.close()));
     await Promise.all([this.publisher.close(), this.mover.close()]);
-    await this.connection.close();
+    await Promise.all([this.connection.close(), this.publishConnection.close()]);
   }
 }

@@ -82,13 +82,14 @@ describe('the broker closes the connection mid-stream', () => {
     try {
       while (rejected.length === 0 && killed.size < 5) {
         paused = true;
-        const brokerName = await findConnection(connectionName, killed);
+        // Publishes have a connection of their own.
+        const brokerName = await findConnection(`${connectionName} (publish)`, killed);
         paused = false;
         const before = confirmed.length;
         await waitFor(() => confirmed.length >= before + 300, 'publishes to be confirmed');
         await forceCloseConnection(brokerName);
         killed.add(brokerName);
-        await waitFor(() => warren.connection.currentGeneration === killed.size + 1 && warren.connection.ready, 'the connection to come back');
+        await waitFor(() => warren.publishConnection.currentGeneration === killed.size + 1 && warren.publishConnection.ready, 'the connection to come back');
         const after = confirmed.length;
         await waitFor(() => confirmed.length >= after + 300, 'publishes on the new connection to be confirmed');
       }
@@ -104,5 +105,24 @@ describe('the broker closes the connection mid-stream', () => {
     const inQueue = new Set((await drain(await rawConnection(), c.queue)).map((m) => m.properties.messageId as string));
     const missing = confirmed.filter((id) => !inQueue.has(id));
     expect(missing, `${missing.length} confirmed messages are not in the queue`).toEqual([]);
+  });
+});
+
+describe('separate connections', () => {
+  it('publishes on a connection of their own, so losing it leaves consumers attached', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('split')]: { bindings: ['k'] } } }));
+    const c = [...topology.consumers.values()][0]!;
+    const connectionName = uniqueConnectionName('split');
+    const warren = await connectWarren(topology, { connectionName, reconnect: { initialDelayMs: 20, maxDelayMs: 200 } });
+    const handled: number[] = [];
+    const consumer = await warren.consume(c.name, (p: { i: number }) => void handled.push(p.i));
+    await findConnection(connectionName);
+    const publishing = await findConnection(`${connectionName} (publish)`);
+    await forceCloseConnection(publishing);
+    await waitFor(() => warren.publishConnection.currentGeneration === 2 && warren.publishConnection.ready, 'the publish connection to come back');
+    expect(warren.connection.currentGeneration).toBe(1);
+    expect(consumer.attached).toBe(true);
+    await warren.publish('k', { i: 1 });
+    await waitFor(() => handled.length === 1, 'the message to be handled');
   });
 });
