@@ -24,7 +24,7 @@ export interface WarrenOptions extends ConnectionOptions {
 }
 
 /**
- * One connection, the topology, a publisher and any number of consumers.
+ * Two connections (consumers, publishes), the topology, a publisher and any number of consumers.
  *
  * @example
  * const warren = await Warren.connect({ url: 'amqp://localhost', topology });
