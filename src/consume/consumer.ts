@@ -37,19 +37,31 @@ class ParkNow extends Error {
 }
 
 /**
- * An AbortController made when its signal is first read. Most handlers never read
- * `context.signal`, and a controller per message was the largest cost of the success
- * path (allocation and garbage collection); an abort before the first read is kept.
+ * One handler run: the context the handler sees, its abort signal and its timer, in
+ * one object (this is made once per message; closures per message cost throughput).
+ * The AbortController is made when `signal` is first read: most handlers never read
+ * it; an abort before the first read is kept.
  */
-class LazyAbort {
+class HandlerRun<Tx> implements MessageContext<Tx> {
   private controller: AbortController | undefined;
-  private reason: unknown;
+  private abortReason: unknown;
   private aborted = false;
+  timer: NodeJS.Timeout | undefined;
+  timedOut: ((error: Error) => void) | undefined;
+
+  constructor(
+    readonly messageId: string | undefined,
+    readonly routingKey: string,
+    readonly headers: Readonly<Record<string, unknown>>,
+    readonly attempt: number,
+    readonly raw: amqp.ConsumeMessage,
+    public tx: Tx,
+  ) {}
 
   get signal(): AbortSignal {
     if (this.controller === undefined) {
       this.controller = new AbortController();
-      if (this.aborted) this.controller.abort(this.reason);
+      if (this.aborted) this.controller.abort(this.abortReason);
     }
     return this.controller.signal;
   }
@@ -57,9 +69,15 @@ class LazyAbort {
   abort(reason: unknown): void {
     if (this.aborted) return;
     this.aborted = true;
-    this.reason = reason;
+    this.abortReason = reason;
     this.controller?.abort(reason);
   }
+}
+
+function expireRun(run: HandlerRun<unknown>, consumer: string, timeoutMs: number): void {
+  const error = new HandlerTimeoutError(consumer, timeoutMs);
+  run.abort(error);
+  run.timedOut?.(error);
 }
 
 /** A message that made the process die this many times is parked, not run again. */
@@ -93,7 +111,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   private attaching: Promise<void> | undefined;
   private readonly waiting: Delivery[] = [];
   private readonly active = new Set<Promise<void>>();
-  private readonly controllers = new Set<LazyAbort>();
+  private readonly controllers = new Set<HandlerRun<unknown>>();
   private stopping = false;
   private closed = false;
   private unregister: (() => void) | undefined;
@@ -374,56 +392,42 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   }
 
   private async runHandler(d: Delivery, payload: T, messageId: string | undefined, headers: Record<string, unknown>, failed: number): Promise<void> {
-    const controller = new LazyAbort();
-    this.controllers.add(controller);
-    let timer: NodeJS.Timeout | undefined;
     const routingKey = typeof headers[HEADER.routingKey] === 'string' ? (headers[HEADER.routingKey] as string) : d.msg.fields.routingKey;
-    const context = (tx: Tx): MessageContext<Tx> => ({
-      messageId,
-      routingKey,
-      headers,
-      attempt: failed + 1,
-      get signal() {
-        return controller.signal;
-      },
-      tx,
-      raw: d.msg,
-    });
-    // The clock starts when the handler starts: time spent waiting for the database
-    // (an outage, or another transaction holding SQLite) is the guard's to bound, and
-    // must not be counted as a failed attempt.
-    let timedOut: ((error: Error) => void) | undefined;
-    const arm = (): void => {
-      if (timer !== undefined) return;
-      timer = setTimeout(() => {
-        const error = new HandlerTimeoutError(this.name, this.timeoutMs);
-        controller.abort(error);
-        timedOut?.(error);
-      }, this.timeoutMs);
-    };
+    const run = new HandlerRun<Tx>(messageId, routingKey, headers, failed + 1, d.msg, undefined as Tx);
+    this.controllers.add(run as HandlerRun<unknown>);
     try {
       const guard = this.options.idempotency;
       let work: Promise<void>;
       if (guard) {
         work = this.runGuarded(guard, messageId as string, async (tx) => {
-          arm();
-          await this.handler(payload, context(tx));
+          run.tx = tx;
+          this.arm(run);
+          await this.handler(payload, run);
         });
       } else {
-        arm();
-        work = this.callHandler(payload, context(undefined as Tx));
+        this.arm(run);
+        work = this.callHandler(payload, run);
       }
       // One promise for "the work settled or the time ran out" (not a race of two):
       // this runs once per message. After a timeout the work may still settle; its
       // late rejection lands in `reject` of a settled promise and is not news.
       await new Promise<void>((resolve, reject) => {
-        timedOut = reject;
+        run.timedOut = reject;
         work.then(resolve, reject);
       });
     } finally {
-      clearTimeout(timer);
-      this.controllers.delete(controller);
+      clearTimeout(run.timer);
+      this.controllers.delete(run as HandlerRun<unknown>);
     }
+  }
+
+  /**
+   * Starts a run's clock. It starts when the handler starts: time spent waiting for the
+   * database (an outage, or another transaction holding SQLite) is the guard's to bound,
+   * and must not be counted as a failed attempt.
+   */
+  private arm(run: HandlerRun<Tx>): void {
+    if (run.timer === undefined) run.timer = setTimeout(expireRun, this.timeoutMs, run, this.name, this.timeoutMs);
   }
 
   /** Runs the handler; a synchronous throw becomes a rejection. */
