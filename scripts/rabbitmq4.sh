@@ -34,17 +34,8 @@ die() { printf 'rabbitmq4: error: %s\n' "$*" >&2; exit 1; }
 
 # --- checks that need no root ---------------------------------------------
 
-# True when something on the port answers the AMQP 0-9-1 protocol header with
-# a method frame on channel 0 (connection.start), not merely accepts TCP.
-amqp_ready() {
-  local reply
-  # shellcheck disable=SC2016 # expanded by the inner bash, on purpose
-  reply=$(timeout 5 bash -c '
-    exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
-    printf "AMQP\x00\x00\x09\x01" >&3
-    head -c 3 <&3 | od -An -tx1' _ "$1" 2>/dev/null) || return 1
-  [[ ${reply//[[:space:]]/} == 010000 ]]
-}
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # The management API's overview, or failure if it does not answer guest:guest.
 overview() {

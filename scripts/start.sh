@@ -16,22 +16,9 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   say "Node.js 20 or newer, with npm, is needed first (https://nodejs.org)" >&2
   exit 1
 fi
-# shellcheck source=scripts/install-deps.sh
-source scripts/install-deps.sh
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
 install_deps
-
-# --- RabbitMQ on 5672 --------------------------------------------------------
-# True when something on 5672 answers the AMQP 0-9-1 protocol header with a
-# method frame on channel 0 (connection.start), not merely accepts TCP.
-amqp_ready() {
-  local reply
-  # shellcheck disable=SC2016 # expanded by the inner bash, on purpose
-  reply=$(timeout 5 bash -c '
-    exec 3<>/dev/tcp/127.0.0.1/5672 || exit 1
-    printf "AMQP\x00\x00\x09\x01" >&3
-    head -c 3 <&3 | od -An -tx1' 2>/dev/null) || return 1
-  [[ ${reply//[[:space:]]/} == 010000 ]]
-}
 
 # With systemd, the service manager owns the broker; in a container or a
 # chroot there is none, and the broker starts itself in the background.
@@ -43,7 +30,7 @@ start_cmd() {
   fi
 }
 
-if ! amqp_ready; then
+if ! amqp_ready 5672; then
   if ! command -v rabbitmq-server >/dev/null; then
     if ! is_root; then
       say "no RabbitMQ on 127.0.0.1:5672 and none installed; run:" >&2
@@ -59,7 +46,7 @@ if ! amqp_ready; then
       { say "rabbitmq-server is still not on PATH after the install" >&2; exit 1; }
   fi
   # The package starts the broker itself where there is an init system.
-  if ! amqp_ready; then
+  if ! amqp_ready 5672; then
     if ! is_root; then
       say "RabbitMQ is installed but not running; run:" >&2
       echo "  sudo $(start_cmd)" >&2
@@ -72,10 +59,10 @@ if ! amqp_ready; then
   fi
   say "waiting for RabbitMQ on 127.0.0.1:5672"
   for (( i = 0; i < 120; i++ )); do
-    amqp_ready && break
+    amqp_ready 5672 && break
     sleep 1
   done
-  amqp_ready || { say "RabbitMQ did not answer on 5672 within 120s; see /var/log/rabbitmq/" >&2; exit 1; }
+  amqp_ready 5672 || { say "RabbitMQ did not answer on 5672 within 120s; see /var/log/rabbitmq/" >&2; exit 1; }
 fi
 say "RabbitMQ answers on 127.0.0.1:5672"
 

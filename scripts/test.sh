@@ -29,8 +29,8 @@ done
 (( ${#brokers[@]} )) || { say "WARREN_TEST_BROKERS is empty" >&2; exit 2; }
 
 # --- dependencies ----------------------------------------------------------
-# shellcheck source=scripts/install-deps.sh
-source scripts/install-deps.sh
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
 install_deps
 # better-sqlite3 is a native addon built at install time (package.json's
 # allowScripts lets npm 11 run its build). Rebuild it if it does not load,

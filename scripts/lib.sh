@@ -1,5 +1,20 @@
-# Sourced by start.sh and test.sh (which define `say`): installs the npm
-# dependencies when node_modules is missing.
+# shellcheck shell=bash
+# Sourced by the other scripts (which define `say`): what they share.
+
+# True when something on the port (default 5672) answers the AMQP 0-9-1
+# protocol header with a method frame on channel 0 (connection.start), not
+# merely accepts TCP.
+amqp_ready() {
+  local reply
+  # shellcheck disable=SC2016 # expanded by the inner bash, on purpose
+  reply=$(timeout 5 bash -c '
+    exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+    printf "AMQP\x00\x00\x09\x01" >&3
+    head -c 3 <&3 | od -An -tx1' _ "${1:-5672}" 2>/dev/null) || return 1
+  [[ ${reply//[[:space:]]/} == 010000 ]]
+}
+
+# Installs the npm dependencies when node_modules is missing.
 install_deps() {
   [[ -d node_modules ]] && return 0
   say "installing dependencies"
