@@ -25,9 +25,8 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import * as amqp from 'amqplib';
 import { defineTopology, HEADER, Warren, type Topology } from '../src/index.js';
-import { printRows, type BenchRow } from './report.js';
+import { AMQP_URL, deleteTopology, printRows, type BenchRow } from './report.js';
 
-const AMQP_URL = process.env['WARREN_BENCH_AMQP_URL'] ?? process.env['AMQP_URL'] ?? process.env['WARREN_AMQP_URL'] ?? 'amqp://guest:guest@127.0.0.1:5672';
 const CONSUME_MESSAGES = Number(process.env['WARREN_BENCH_CONSUME_MESSAGES'] ?? 50_000);
 const PUBLISH_MESSAGES = Number(process.env['WARREN_BENCH_PUBLISH_MESSAGES'] ?? 30_000);
 const MEMORY_MESSAGES = Number(process.env['WARREN_BENCH_MEMORY_MESSAGES'] ?? 100_000);
@@ -52,19 +51,6 @@ function workQueue(topology: Topology): { name: string; queue: string } {
   return { name: c.name, queue: c.queue };
 }
 
-async function deleteTopology(topology: Topology): Promise<void> {
-  const conn = await amqp.connect(AMQP_URL);
-  try {
-    const ch = await conn.createChannel();
-    for (const c of topology.consumers.values()) {
-      for (const q of [c.queue, ...c.retryQueues, c.parkedQueue]) await ch.deleteQueue(q);
-    }
-    await ch.deleteExchange(topology.exchange);
-    await ch.close();
-  } finally {
-    await conn.close();
-  }
-}
 
 /** Opens a bare amqplib connection with the socket options warren uses. */
 function bareConnect(): Promise<amqp.ChannelModel> {

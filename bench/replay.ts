@@ -21,9 +21,8 @@ import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import * as amqp from 'amqplib';
 import { declareTopology, defineTopology, HEADER, replayParked, topologySpec, type ConsumerTopology, type Topology, type TopologyOptions } from '../src/index.js';
-import { printRows, type BenchRow } from './report.js';
+import { AMQP_URL, printRows, type BenchRow } from './report.js';
 
-const AMQP_URL = process.env['WARREN_BENCH_AMQP_URL'] ?? process.env['WARREN_AMQP_URL'] ?? 'amqp://guest:guest@127.0.0.1:5672';
 /** Parked messages per replay run. */
 const MESSAGES = Number(process.env['WARREN_BENCH_REPLAY_MESSAGES'] ?? 10_000);
 /** Messages for the paced run: 5 s at 100/s. */

@@ -1,3 +1,24 @@
+import * as amqp from 'amqplib';
+import type { Topology } from '../src/index.js';
+
+/** The broker the benchmarks use. */
+export const AMQP_URL = process.env['WARREN_BENCH_AMQP_URL'] ?? process.env['AMQP_URL'] ?? process.env['WARREN_AMQP_URL'] ?? 'amqp://guest:guest@127.0.0.1:5672';
+
+/** Deletes a benchmark's queues and exchange (benchmarks clean up; warren never deletes). */
+export async function deleteTopology(topology: Topology): Promise<void> {
+  const conn = await amqp.connect(AMQP_URL);
+  try {
+    const ch = await conn.createChannel();
+    for (const c of topology.consumers.values()) {
+      for (const q of [c.queue, ...c.retryQueues, c.parkedQueue]) await ch.deleteQueue(q);
+    }
+    await ch.deleteExchange(topology.exchange);
+    await ch.close();
+  } finally {
+    await conn.close();
+  }
+}
+
 /** One measured figure, optionally beside the baseline it is compared with. */
 export interface BenchRow {
   /** Which benchmark, e.g. `consume (success path)`. */

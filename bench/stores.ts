@@ -17,14 +17,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
-import * as amqp from 'amqplib';
 import pg from 'pg';
 import { defineTopology, Warren, type Outcome, type Store, type Topology } from '../src/index.js';
 import { sqliteStore, type SqliteDatabase } from '../src/store/sqlite/index.js';
 import { postgresStore, type PgClient } from '../src/store/postgres/index.js';
-import { printRows, type BenchRow } from './report.js';
+import { AMQP_URL, deleteTopology, printRows, type BenchRow } from './report.js';
 
-const AMQP_URL = process.env['WARREN_BENCH_AMQP_URL'] ?? process.env['WARREN_AMQP_URL'] ?? 'amqp://guest:guest@127.0.0.1:5672';
 const PG_URL = process.env['WARREN_BENCH_PG_URL'] ?? 'postgres://postgres@127.0.0.1:5432/test';
 /** Messages per consumer run; sized for a 2-core machine. */
 const MESSAGES = Number(process.env['WARREN_BENCH_STORE_MESSAGES'] ?? 3000);
@@ -85,19 +83,6 @@ function benchTopology(label: string): Topology {
   return defineTopology({ exchange: `${prefix}.events`, consumers: { [`${prefix}.work`]: { bindings: ['bench.#'] } } });
 }
 
-async function deleteTopology(topology: Topology): Promise<void> {
-  const conn = await amqp.connect(AMQP_URL);
-  try {
-    const ch = await conn.createChannel();
-    for (const c of topology.consumers.values()) {
-      for (const q of [c.queue, ...c.retryQueues, c.parkedQueue]) await ch.deleteQueue(q);
-    }
-    await ch.deleteExchange(topology.exchange);
-    await ch.close();
-  } finally {
-    await conn.close();
-  }
-}
 
 /** Publishes `n` messages with confirms, a window at a time. */
 async function fill(warren: Warren, n: number, label: string): Promise<void> {
