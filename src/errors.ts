@@ -17,7 +17,8 @@ export type WarrenErrorCode =
   | 'UNKNOWN_CONSUMER'
   | 'STORE_UNAVAILABLE'
   | 'STORE'
-  | 'WAIT_FOR_CONDITION';
+  | 'WAIT_FOR_CONDITION'
+  | 'UNKNOWN_DEPENDENCY';
 
 /** Base class of every error warren throws. */
 export class WarrenError extends Error {

@@ -28,6 +28,11 @@ export const HEADER = {
   /** Replays of this message from the parked queue, and the last one's time. */
   replays: 'warren-replays',
   replayedAt: 'warren-replayed-at',
+  /** Times the message went to the retry table (waiting for a condition). */
+  waits: 'warren-waits',
+  /** The dependency and tenant it last waited for. */
+  dependency: 'warren-dependency',
+  tenant: 'warren-tenant',
 } as const;
 
 /** Why a message went to the parked queue. */
@@ -37,7 +42,9 @@ export type ParkReason =
   | 'invalid-json'
   | 'invalid-payload'
   | 'missing-message-id'
-  | 'crash-loop';
+  | 'crash-loop'
+  /** An operator sent it from the retry table. */
+  | 'operator';
 
 /** Longest error message kept in a header; longer ones are cut with a marker. */
 export const MAX_ERROR_MESSAGE_CHARS = 2000;

@@ -20,3 +20,4 @@ export * from './errors.js';
 export * from './park/index.js';
 export * from './store/index.js';
 export * from './status/index.js';
+export * from './retry-table/index.js';

@@ -12,6 +12,9 @@ import { describeFailure, failureHeaders } from '../park/failure.js';
 import { copyProperties as copyMessageProperties } from '../park/message.js';
 import { readAttempts } from '../retry/attempts.js';
 import { decideRetry } from '../retry/ladder.js';
+import { uuidv7 } from '../publish/message-id.js';
+import { checkPolicy, decideWait, DEFAULT_WAIT_ATTEMPTS, isWaitForCondition, recordedFailure, type RetryTablePolicy, type WaitDecision } from '../retry-table/wait.js';
+import type { RetryRowInput } from '../retry-table/types.js';
 import { classifyFailure } from './classify.js';
 import { formatIssues } from './schema.js';
 import type { ConsumerOptions, ConsumerStats, Handler, MessageContext, Outcome } from './types.js';
@@ -98,7 +101,7 @@ export class CrashLoopError extends WarrenError {
  */
 export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   readonly name: string;
-  readonly stats: ConsumerStats = { acked: 0, duplicate: 0, retried: 0, parked: 0, requeued: 0, redeliveryMoved: 0, inFlight: 0 };
+  readonly stats: ConsumerStats = { acked: 0, duplicate: 0, retried: 0, parked: 0, waiting: 0, requeued: 0, redeliveryMoved: 0, inFlight: 0 };
   private readonly prefetch: number;
   private readonly concurrency: number;
   private readonly timeoutMs: number;
@@ -145,6 +148,10 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       this.on('outcome', options.onOutcome);
     }
     this.retryQueueSet = new Set(declaration.retryQueues);
+    if (options.retryTable !== undefined) {
+      checkPolicy(options.retryTable);
+      for (const rule of options.retryTable.rules ?? []) options.retryTable.table.nameDependency(rule.dependency);
+    }
   }
 
   /** Attaches now and again after every reconnect. */
@@ -287,6 +294,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       case 'duplicate': this.stats.duplicate++; break;
       case 'retried': this.stats.retried++; break;
       case 'parked': this.stats.parked++; break;
+      case 'waiting': this.stats.waiting++; break;
       case 'requeued': this.stats.requeued++; break;
       case 'redelivery-moved': this.stats.redeliveryMoved++; break;
     }
@@ -315,10 +323,11 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     const attempts = readAttempts(headers, this.retryQueueSet);
     if (attempts.warning) this.logger.warn('attempt count unreadable', { consumer: this.name, messageId, warning: attempts.warning });
 
+    let payload: T | undefined;
     try {
       if (msg.fields.redelivered && (await this.guardCrashLoop(d, headers))) return;
       const decoded = this.decode(msg, messageId);
-      const payload = decoded instanceof Promise ? await decoded : decoded;
+      payload = decoded instanceof Promise ? await decoded : decoded;
       await this.runHandler(d, payload, messageId, headers, attempts.failed);
     } catch (error) {
       if (error instanceof ParkNow) {
@@ -331,6 +340,11 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       }
       if (error instanceof StoreOutage) {
         await this.retry(d, headers, error.cause, attempts.failed, { countAttempt: false, tier: 0 });
+        return;
+      }
+      const waiting = isWaitForCondition(error) || this.options.retryTable?.rules?.length ? this.waitDecision(d, error, payload as T, messageId, headers, attempts.failed) : undefined;
+      if (waiting !== undefined) {
+        await this.wait(d, headers, error, waiting, attempts.failed);
         return;
       }
       if (classifyFailure(error, this.options.classify) === 'permanent') {
@@ -452,6 +466,100 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       if (result === 'duplicate') throw new DuplicateDelivery();
       return;
     }
+  }
+
+  /** Where a failure makes the message wait, or undefined when the retry ladder takes it. */
+  private waitDecision(d: Delivery, error: unknown, payload: T, messageId: string | undefined, headers: Record<string, unknown>, failed: number): WaitDecision | undefined {
+    const policy = this.options.retryTable;
+    const context = { messageId, routingKey: d.msg.fields.routingKey, headers, attempt: failed + 1, raw: d.msg, tx: undefined, signal: AbortSignal.abort() };
+    let decision: WaitDecision | undefined;
+    try {
+      decision = decideWait(error, policy, payload, context, new Date());
+    } catch (e) {
+      this.logger.error('the retry-table policy threw (a tenant function?); the retry ladder takes the message', { consumer: this.name, messageId, error: e instanceof Error ? e.message : String(e) });
+      return undefined;
+    }
+    if (decision !== undefined && policy === undefined) {
+      this.logger.error('the handler asked to wait for a condition, but this consumer has no `retryTable` option; the retry ladder takes the message', { consumer: this.name, messageId, dependency: decision.dependency });
+      return undefined;
+    }
+    return decision;
+  }
+
+  /**
+   * Stores the message as a retry-table row and acks it once the row is committed. At
+   * the policy's cap it is parked instead. While the database is unreachable the message
+   * is held unacked and the insert tried again; past `storeOutageHoldMs` it goes to the
+   * first retry tier without counting an attempt, and comes back to try again.
+   */
+  private async wait(d: Delivery, headers: Record<string, unknown>, error: unknown, decision: WaitDecision, failed: number): Promise<void> {
+    const policy = this.options.retryTable as RetryTablePolicy<T>;
+    const messageId = d.msg.properties.messageId as string | undefined;
+    const recorded = recordedFailure(error);
+    const previous = Number(headers[HEADER.waits] ?? 0);
+    const waits = (Number.isInteger(previous) && previous > 0 ? previous : 0) + 1;
+    if (waits > (policy.maxAttempts ?? DEFAULT_WAIT_ATTEMPTS)) {
+      await this.park(d, headers, 'max-attempts', recorded, failed + 1);
+      return;
+    }
+    const now = new Date();
+    const failure = describeFailure(recorded);
+    const kept: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(headers)) if (!/^x-(death|first-death|last-death)/.test(k)) kept[k] = v;
+    const next: Record<string, unknown> = {
+      ...kept,
+      ...this.origin(d, headers),
+      ...failureHeaders(failure, headers, now),
+      [HEADER.waits]: waits,
+      [HEADER.consumer]: this.name,
+      [HEADER.dependency]: decision.dependency,
+    };
+    if (decision.tenant !== null) next[HEADER.tenant] = decision.tenant;
+    else delete next[HEADER.tenant];
+    const p = d.msg.properties;
+    const stored: Record<string, unknown> = { contentType: p.contentType ?? 'application/json', timestamp: p.timestamp ?? Math.floor(now.getTime() / 1000), headers: next };
+    if (p.correlationId !== undefined) stored['correlationId'] = p.correlationId;
+    if (p.type !== undefined) stored['type'] = p.type;
+    const origin = this.origin(d, headers);
+    const row: RetryRowInput = {
+      messageId: messageId !== undefined && messageId !== '' ? messageId : uuidv7(),
+      correlationId: typeof p.correlationId === 'string' ? p.correlationId : null,
+      consumer: this.name,
+      queue: this.declaration.queue,
+      parkedQueue: this.declaration.parkedQueue,
+      exchange: origin[HEADER.exchange] as string,
+      routingKey: origin[HEADER.routingKey] as string,
+      content: d.msg.content.toString('utf8'),
+      properties: JSON.stringify(stored),
+      attempt: waits,
+      nextAttemptAt: decision.nextAttemptAt,
+      lastError: failure.message,
+      errorClass: failure.errorClass,
+      dependency: decision.dependency,
+      tenant: decision.tenant,
+    };
+    const holdUntil = Date.now() + this.storeOutageHoldMs;
+    let stored_: { id: string; paused: boolean };
+    for (let attempt = 1; ; attempt++) {
+      if (this.channel !== d.ch) return; // its channel is gone: the broker redelivers it
+      try {
+        stored_ = await policy.table.insert(row);
+        break;
+      } catch (e) {
+        const outage = e instanceof WarrenError && e.code === 'STORE_UNAVAILABLE';
+        if (outage && Date.now() < holdUntil && !this.stopping) {
+          this.logger.warn('database unavailable; holding the message and trying the retry table again', { consumer: this.name, messageId, attempt, error: e.message });
+          await new Promise((r) => setTimeout(r, Math.min(backoffDelay(attempt, 100, 5000), Math.max(1, holdUntil - Date.now()))));
+          continue;
+        }
+        this.logger.error('could not store the message in the retry table; it goes to the first retry tier (no attempt counted) and will ask again', { consumer: this.name, messageId, error: e instanceof Error ? e.message : String(e) });
+        await this.retry(d, headers, error, failed, { countAttempt: false, tier: 0 });
+        return;
+      }
+    }
+    if (!this.ack(d)) return; // redelivered; the row is updated, not doubled, next time
+    this.logger.info('message waits in the retry table', { consumer: this.name, messageId, dependency: decision.dependency, tenant: decision.tenant, row: stored_.id, paused: stored_.paused });
+    this.count({ kind: 'waiting', messageId, dependency: decision.dependency, tenant: decision.tenant, row: stored_.id, paused: stored_.paused, nextAttemptAt: decision.nextAttemptAt, error: recorded });
   }
 
   private async retry(d: Delivery, headers: Record<string, unknown>, error: unknown, failed: number, how: { countAttempt: boolean; tier?: number }): Promise<void> {

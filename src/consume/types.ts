@@ -1,5 +1,6 @@
 import type * as amqp from 'amqplib';
 import type { Logger } from '../logger.js';
+import type { RetryTablePolicy } from '../retry-table/wait.js';
 import type { Classifier } from './classify.js';
 import type { StandardSchemaV1 } from './schema.js';
 
@@ -62,6 +63,15 @@ export interface ConsumerOptions<T = unknown, Tx = undefined> {
   /** Runs each handler in a database transaction with a unique `(messageId, consumer)` row. */
   idempotency?: IdempotencyGuard<Tx>;
   /**
+   * Where messages wait for a condition or a person: a handler that throws
+   * `WaitForConditionError`, or an error a rule names, becomes a row in this table
+   * (acked once the row commits), which a scheduler sends back later.
+   *
+   * @example
+   * { retryTable: { table: store.retryTable, rules: [{ when: CarrierDownError, dependency: 'carrier' }] } }
+   */
+  retryTable?: RetryTablePolicy<T>;
+  /**
    * On `close()`, how long in-flight handlers may run before the channel is closed
    * (their messages are then redelivered).
    * @default 10000
@@ -88,6 +98,18 @@ export type Outcome =
   | { readonly kind: 'duplicate'; readonly messageId: string | undefined }
   | { readonly kind: 'retried'; readonly messageId: string | undefined; readonly attempts: number; readonly queue: string; readonly error: unknown }
   | { readonly kind: 'parked'; readonly messageId: string | undefined; readonly reason: string; readonly attempts: number; readonly error: unknown }
+  | {
+      readonly kind: 'waiting';
+      readonly messageId: string | undefined;
+      readonly dependency: string;
+      readonly tenant: string | null;
+      /** The retry-table row's id. */
+      readonly row: string;
+      /** True when a pause in force holds the row. */
+      readonly paused: boolean;
+      readonly nextAttemptAt: Date | null;
+      readonly error: unknown;
+    }
   | { readonly kind: 'requeued'; readonly messageId: string | undefined }
   | { readonly kind: 'redelivery-moved'; readonly messageId: string | undefined; readonly redeliveries: number };
 
@@ -97,6 +119,8 @@ export interface ConsumerStats {
   duplicate: number;
   retried: number;
   parked: number;
+  /** Messages stored in the retry table (waiting for a condition). */
+  waiting: number;
   requeued: number;
   redeliveryMoved: number;
   inFlight: number;

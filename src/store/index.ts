@@ -6,6 +6,7 @@
 import type { IdempotencyGuard } from '../consume/types.js';
 import type { Logger } from '../logger.js';
 import type { PublishOptions } from '../publish/publisher.js';
+import type { RetryTable } from '../retry-table/index.js';
 import type { OutboxRelay, OutboxRelayOptions } from './outbox-relay.js';
 
 export { OutboxRelay, type OutboxRelayOptions, type OutboxPublisher, type RelayPass, type RelayStats } from './outbox-relay.js';
@@ -18,7 +19,8 @@ export type StoreBackend = 'sqlite' | 'postgres';
 export interface StoreOptions {
   /**
    * Prefix of warren's table names: `<prefix>processed` (idempotency markers),
-   * `<prefix>outbox` and `<prefix>migrations`. Letters, digits and `_`, starting with a
+   * `<prefix>outbox`, `<prefix>retry`, `<prefix>retry_holds`, `<prefix>retry_audit` and
+   * `<prefix>migrations`. Letters, digits and `_`, starting with a
    * letter or `_`, at most 40 characters.
    * @default 'warren_'
    */
@@ -60,6 +62,12 @@ export interface StoreTables {
   readonly outbox: string;
   /** Applied schema versions. */
   readonly migrations: string;
+  /** Retry-table rows: messages waiting for a condition or a person. */
+  readonly retry: string;
+  /** Pauses in force by consumer, dependency, tenant or error class. */
+  readonly retryHolds: string;
+  /** Changes made to the retry table: who, when, what, how many rows. */
+  readonly retryAudit: string;
 }
 
 /** What {@link Store.migrate} did. */
@@ -192,6 +200,11 @@ export interface Store<Tx> {
    */
   transaction<R>(work: (tx: Tx) => Promise<R> | R): Promise<R>;
   readonly outbox: Outbox<Tx>;
+  /**
+   * The retry table: messages a handler asked to wait for a condition or a person (see
+   * the consumer's `retryTable` option), with operator controls, a scheduler and health checks.
+   */
+  readonly retryTable: RetryTable;
   /** A relay that publishes this store's outbox; call `start()` on it. */
   relay(options: OutboxRelayOptions): OutboxRelay;
   /**

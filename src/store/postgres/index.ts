@@ -15,6 +15,8 @@ import { PostgresIdempotencyGuard } from './idempotency.js';
 import { applyMigrations, LATEST, schemaVersion } from './migrations.js';
 import { PostgresOutbox, PostgresRelayDriver } from './outbox.js';
 import { PostgresPruneDriver } from './prune.js';
+import { PostgresRetryTableDriver } from './retry-table.js';
+import { RetryTable } from '../../retry-table/index.js';
 
 export type { PgClient, PgPool, PgQueryResult, PgNotification } from './driver.js';
 export { PostgresIdempotencyGuard } from './idempotency.js';
@@ -100,6 +102,7 @@ export class PostgresStore<C extends PgClient = PgClient> implements Store<C>, P
   readonly backend = 'postgres' as const;
   readonly tables: StoreTables;
   readonly outbox: PostgresOutbox<C>;
+  readonly retryTable: RetryTable;
   readonly channel: string | undefined;
   readonly listenChannel: string;
   readonly options: ResolvedStoreOptions;
@@ -130,12 +133,20 @@ export class PostgresStore<C extends PgClient = PgClient> implements Store<C>, P
     this.schema = options.schema === undefined ? undefined : checkIdentifier(options.schema, 'schema');
     const p = this.options.tablePrefix;
     const q = (name: string) => (this.schema === undefined ? `"${p}${name}"` : `"${this.schema}"."${p}${name}"`);
-    this.tables = Object.freeze({ processed: q('processed'), outbox: q('outbox'), migrations: q('migrations') });
+    this.tables = Object.freeze({
+      processed: q('processed'),
+      outbox: q('outbox'),
+      migrations: q('migrations'),
+      retry: q('retry'),
+      retryHolds: q('retry_holds'),
+      retryAudit: q('retry_audit'),
+    });
     // A channel is an identifier (at most 63 bytes); long names are hashed to fit.
     const channel = `${this.schema === undefined ? '' : `${this.schema}.`}${p}outbox`;
     this.listenChannel = channel.length <= 63 ? channel : `warren_outbox_${createHash('sha256').update(channel).digest('hex').slice(0, 32)}`;
     this.channel = options.notify === false ? undefined : this.listenChannel;
     this.outbox = new PostgresOutbox<C>(this);
+    this.retryTable = new RetryTable({ driver: new PostgresRetryTableDriver<C>(this), relay: (o) => this.relay(o), logger: this.options.logger });
     this.pruner = new PruneSchedule(() => this.prune(), this.options.pruneIntervalMs, this.options.logger, 'postgres');
   }
 

@@ -41,6 +41,57 @@ export const MIGRATIONS: readonly Migration[] = [
       `CREATE INDEX "${p}outbox_sent" ON ${t.outbox} (sent_at) WHERE sent_at IS NOT NULL`,
     ],
   },
+  {
+    version: 2,
+    name: 'retry table',
+    // Holds store '' for "any" so that their primary key can hold every column.
+    statements: (t, p) => [
+      `CREATE TABLE ${t.retry} (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        message_id text NOT NULL,
+        correlation_id text,
+        consumer text NOT NULL,
+        queue text NOT NULL,
+        parked_queue text NOT NULL,
+        exchange text NOT NULL,
+        routing_key text NOT NULL,
+        content text NOT NULL,
+        properties jsonb NOT NULL,
+        attempt integer NOT NULL,
+        next_attempt_at timestamptz,
+        last_error text NOT NULL,
+        error_class text NOT NULL,
+        dependency text NOT NULL,
+        tenant text,
+        paused boolean NOT NULL DEFAULT false,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        updated_at timestamptz NOT NULL DEFAULT now(),
+        UNIQUE (consumer, message_id)
+      )`,
+      `CREATE INDEX "${p}retry_due" ON ${t.retry} (next_attempt_at, id) WHERE NOT paused AND next_attempt_at IS NOT NULL`,
+      `CREATE INDEX "${p}retry_dependency" ON ${t.retry} (dependency, tenant)`,
+      `CREATE TABLE ${t.retryHolds} (
+        consumer text NOT NULL,
+        dependency text NOT NULL,
+        tenant text NOT NULL,
+        error_class text NOT NULL,
+        actor text NOT NULL,
+        since timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (consumer, dependency, tenant, error_class, actor)
+      )`,
+      `CREATE TABLE ${t.retryAudit} (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        at timestamptz NOT NULL DEFAULT now(),
+        actor text NOT NULL,
+        action text NOT NULL,
+        filter jsonb NOT NULL,
+        detail jsonb NOT NULL,
+        rows integer NOT NULL
+      )`,
+      // Which outbox rows the retry table sent, so its scheduler can bound its own backlog.
+      `ALTER TABLE ${t.outbox} ADD COLUMN origin text`,
+    ],
+  },
 ];
 
 /** The newest version this code knows. */

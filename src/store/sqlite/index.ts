@@ -20,6 +20,8 @@ import { SqliteIdempotencyGuard } from './idempotency.js';
 import { applyMigrations, appliedVersions, LATEST } from './migrations.js';
 import { SqliteOutbox, SqliteRelayDriver } from './outbox.js';
 import { SqlitePruneDriver } from './prune.js';
+import { SqliteRetryTableDriver } from './retry-table.js';
+import { RetryTable } from '../../retry-table/index.js';
 
 export type { SqliteDatabase, SqliteStatement } from './driver.js';
 export { SqliteIdempotencyGuard } from './idempotency.js';
@@ -87,6 +89,7 @@ export class SqliteStore<DB extends SqliteDatabase = SqliteDatabase> implements 
   readonly tables: StoreTables;
   readonly filename: string;
   readonly outbox: SqliteOutbox<DB>;
+  readonly retryTable: RetryTable;
   readonly events = new EventEmitter();
   private readonly options: ResolvedStoreOptions;
   private readonly busyTimeoutMs: number;
@@ -114,8 +117,16 @@ export class SqliteStore<DB extends SqliteDatabase = SqliteDatabase> implements 
     this.db = options.database;
     this.filename = options.filename ?? (options.database ? '(given database)' : 'warren.db');
     const p = this.options.tablePrefix;
-    this.tables = Object.freeze({ processed: `"${p}processed"`, outbox: `"${p}outbox"`, migrations: `"${p}migrations"` });
+    this.tables = Object.freeze({
+      processed: `"${p}processed"`,
+      outbox: `"${p}outbox"`,
+      migrations: `"${p}migrations"`,
+      retry: `"${p}retry"`,
+      retryHolds: `"${p}retry_holds"`,
+      retryAudit: `"${p}retry_audit"`,
+    });
     this.outbox = new SqliteOutbox<DB>(this);
+    this.retryTable = new RetryTable({ driver: new SqliteRetryTableDriver<DB>(this), relay: (o) => this.relay(o), logger: this.options.logger });
     this.pruner = new PruneSchedule(() => this.prune(), this.options.pruneIntervalMs, this.options.logger, 'sqlite');
   }
 

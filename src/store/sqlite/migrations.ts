@@ -43,6 +43,57 @@ export const MIGRATIONS: readonly Migration[] = [
       `CREATE INDEX "${p}outbox_sent" ON ${t.outbox} (sent_at) WHERE sent_at IS NOT NULL`,
     ],
   },
+  {
+    version: 2,
+    name: 'retry table',
+    // Holds store '' for "any" so that their primary key can hold every column.
+    statements: (t, p) => [
+      `CREATE TABLE ${t.retry} (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        message_id TEXT NOT NULL,
+        correlation_id TEXT,
+        consumer TEXT NOT NULL,
+        queue TEXT NOT NULL,
+        parked_queue TEXT NOT NULL,
+        exchange TEXT NOT NULL,
+        routing_key TEXT NOT NULL,
+        content TEXT NOT NULL,
+        properties TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        next_attempt_at INTEGER,
+        last_error TEXT NOT NULL,
+        error_class TEXT NOT NULL,
+        dependency TEXT NOT NULL,
+        tenant TEXT,
+        paused INTEGER NOT NULL DEFAULT 0,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        UNIQUE (consumer, message_id)
+      )`,
+      `CREATE INDEX "${p}retry_due" ON ${t.retry} (next_attempt_at, id) WHERE paused = 0 AND next_attempt_at IS NOT NULL`,
+      `CREATE INDEX "${p}retry_dependency" ON ${t.retry} (dependency, tenant)`,
+      `CREATE TABLE ${t.retryHolds} (
+        consumer TEXT NOT NULL,
+        dependency TEXT NOT NULL,
+        tenant TEXT NOT NULL,
+        error_class TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        since INTEGER NOT NULL,
+        PRIMARY KEY (consumer, dependency, tenant, error_class, actor)
+      ) WITHOUT ROWID`,
+      `CREATE TABLE ${t.retryAudit} (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        at INTEGER NOT NULL,
+        actor TEXT NOT NULL,
+        action TEXT NOT NULL,
+        filter TEXT NOT NULL,
+        detail TEXT NOT NULL,
+        rows INTEGER NOT NULL
+      )`,
+      // Which outbox rows the retry table sent, so its scheduler can bound its own backlog.
+      `ALTER TABLE ${t.outbox} ADD COLUMN origin TEXT`,
+    ],
+  },
 ];
 
 /** The newest version this code knows. */

@@ -1,0 +1,243 @@
+import { EventEmitter } from 'node:events';
+import { backoffDelay } from '../connection/index.js';
+import { InvalidOptionError } from '../errors.js';
+import type { Logger } from '../logger.js';
+import type { OutboxPublisher, OutboxRelay, OutboxRelayOptions } from '../store/outbox-relay.js';
+import type { HealthChecks, HealthMonitor, HealthMonitorOptions } from './health.js';
+import type { RetryTable } from './index.js';
+import type { RetryTableDriver } from './types.js';
+
+/** Options of `store.retryTable.scheduler(options)`. */
+export interface RetrySchedulerOptions {
+  /** Publishes with confirms and `mandatory`, for the scheduler's outbox relay: `warren.publisher`. */
+  publisher: OutboxPublisher;
+  /** The relay's exchange for outbox rows added without one: `warren.topology.exchange`. */
+  exchange: string;
+  /**
+   * Rows sent back per second, by this scheduler (several schedulers add up). `Infinity`
+   * sends as fast as the database and broker go.
+   * @default 50
+   */
+  ratePerSecond?: number;
+  /**
+   * Rows moved per transaction. Smaller batches make a smoother stream.
+   * @default ratePerSecond / 20, at least 1, at most 500 (200 when the rate is Infinity)
+   */
+  batchSize?: number;
+  /**
+   * How often to look for due rows when none was due (a resume in this process wakes it at once).
+   * @default 500
+   */
+  pollMs?: number;
+  /**
+   * Rows sent back wait in the outbox until the relay publishes them; while this many
+   * are unsent (the broker is down, say), the scheduler moves no more, so rows stay in
+   * the table and a broker outage does not end in a burst.
+   * @default twice the batch size, at least 20
+   */
+  maxPending?: number;
+  /**
+   * Run an outbox relay with `publisher` (stopped with the scheduler). Pass `false` when
+   * the application runs a relay on this store already, or options for the relay.
+   * @default true
+   */
+  relay?: boolean | Omit<OutboxRelayOptions, 'publisher' | 'exchange'>;
+  /** Health checks run beside the scheduler (see `store.retryTable.health()`). */
+  checks?: HealthChecks;
+  /** Options of those health checks. */
+  health?: HealthMonitorOptions;
+  /**
+   * Wait after a failed pass (database down): doubling from the first to the longest.
+   * @default { initialDelayMs: 100, maxDelayMs: 5000 }
+   */
+  retry?: { initialDelayMs?: number; maxDelayMs?: number };
+  /** @default the table's logger */
+  logger?: Logger;
+}
+
+/** Running totals of a scheduler. */
+export interface SchedulerStats {
+  /** Rows moved to the outbox (sent back to their consumer). */
+  moved: number;
+  /** Drain transactions run. */
+  passes: number;
+  /** Passes that failed (database unavailable). */
+  failures: number;
+}
+
+function positiveInt(value: number | undefined, fallback: number, option: string, max: number): number {
+  const v = value ?? fallback;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 1 || v > max) throw new InvalidOptionError(option, `${JSON.stringify(v)} is not a whole number from 1 to ${max}`);
+  return v;
+}
+
+/**
+ * Sends due, unpaused rows back to their consumer's queue, oldest next attempt first,
+ * through the outbox: each pass moves a batch from the table into the outbox in one
+ * transaction (`FOR UPDATE SKIP LOCKED` on PostgreSQL, so several schedulers never move
+ * a row twice), and the relay publishes it with the original message and correlation
+ * ids. A token bucket keeps the stream at `ratePerSecond`. While the broker is down the
+ * outbox fills to `maxPending` and the rest stays in the table.
+ *
+ * Events: `drained` (`{ rows }`) after each pass that moved rows.
+ *
+ * @example
+ * const scheduler = store.retryTable.scheduler({
+ *   publisher: warren.publisher, exchange: warren.topology.exchange, ratePerSecond: 50,
+ *   checks: { carrier: 'http://carrier.internal/health' },
+ * });
+ * await scheduler.start();
+ * // on shutdown, before warren.close():
+ * await scheduler.stop();
+ */
+export class RetryScheduler extends EventEmitter {
+  readonly stats: SchedulerStats = { moved: 0, passes: 0, failures: 0 };
+  readonly ratePerSecond: number;
+  readonly batchSize: number;
+  /** The health checks this scheduler runs, when `checks` was given. */
+  readonly health: HealthMonitor | undefined;
+  private readonly pollMs: number;
+  private readonly maxPending: number;
+  private readonly initialDelayMs: number;
+  private readonly maxDelayMs: number;
+  private readonly logger: Logger;
+  private readonly relay: OutboxRelay | undefined;
+  private running = false;
+  private loopDone: Promise<void> | undefined;
+  private interrupt: (() => void) | undefined;
+  private woken = false;
+  private readonly onChanged = (change: { action: string; rows: number }) => {
+    if (change.rows > 0 && (change.action === 'resume' || change.action === 'schedule')) this.wake();
+  };
+
+  constructor(
+    private readonly table: RetryTable,
+    private readonly driver: RetryTableDriver,
+    options: RetrySchedulerOptions,
+  ) {
+    super();
+    if (typeof options !== 'object' || options === null) throw new InvalidOptionError('options', 'expected { publisher, exchange, ratePerSecond? }');
+    const rate = options.ratePerSecond ?? 50;
+    if (typeof rate !== 'number' || Number.isNaN(rate) || rate <= 0) {
+      throw new InvalidOptionError('ratePerSecond', `${JSON.stringify(rate)} is not a rate: give messages per second, more than 0 (Infinity for no limit)`);
+    }
+    this.ratePerSecond = rate;
+    const defaultBatch = rate === Infinity ? 200 : Math.min(500, Math.max(1, Math.ceil(rate / 20)));
+    this.batchSize = positiveInt(options.batchSize, defaultBatch, 'batchSize', 10_000);
+    this.pollMs = positiveInt(options.pollMs, 500, 'pollMs', 3_600_000);
+    this.maxPending = positiveInt(options.maxPending, Math.max(20, 2 * this.batchSize), 'maxPending', 1_000_000);
+    this.initialDelayMs = positiveInt(options.retry?.initialDelayMs, 100, 'retry.initialDelayMs', 3_600_000);
+    this.maxDelayMs = positiveInt(options.retry?.maxDelayMs, 5000, 'retry.maxDelayMs', 3_600_000);
+    this.logger = options.logger ?? table.logger;
+    if (options.relay !== false) {
+      if (typeof options.publisher?.send !== 'function') throw new InvalidOptionError('publisher', 'expected a publisher with `send(message)`, such as `warren.publisher`');
+      if (typeof options.exchange !== 'string') throw new InvalidOptionError('exchange', 'expected the exchange of outbox rows added without one: `warren.topology.exchange`');
+      const extra = typeof options.relay === 'object' ? options.relay : {};
+      this.relay = table.relay({ logger: this.logger, ...extra, publisher: options.publisher, exchange: options.exchange });
+    }
+    this.health = options.checks === undefined ? undefined : table.health(options.checks, { logger: this.logger, ...options.health });
+  }
+
+  /** True between `start()` and `stop()`. */
+  get started(): boolean {
+    return this.running;
+  }
+
+  /** Starts the relay, the health checks and the drain loop. */
+  async start(): Promise<void> {
+    if (this.running) return;
+    this.running = true;
+    this.table.on('changed', this.onChanged);
+    await this.relay?.start();
+    await this.health?.start();
+    this.loopDone = this.loop();
+  }
+
+  /** Finishes the pass in progress, then stops the loop, the health checks and the relay. Rows left stay in the table. */
+  async stop(): Promise<void> {
+    if (!this.running) return;
+    this.running = false;
+    this.table.off('changed', this.onChanged);
+    this.interrupt?.();
+    await this.loopDone;
+    await this.health?.stop();
+    await this.relay?.stop();
+  }
+
+  /** Moves up to `limit` due rows into the outbox now; returns how many. Throws when the database is down. */
+  async drainOnce(limit = this.batchSize): Promise<number> {
+    const moved = await this.driver.drain({ limit, maxPending: this.maxPending });
+    this.stats.passes++;
+    if (moved > 0) {
+      this.stats.moved += moved;
+      this.emit('drained', { rows: moved });
+    }
+    return moved;
+  }
+
+  private wake(): void {
+    this.woken = true;
+    this.interrupt?.();
+  }
+
+  private pause(ms: number, wakeable: boolean): Promise<void> {
+    if (!this.running) return Promise.resolve();
+    if (wakeable && this.woken) {
+      this.woken = false;
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.interrupt = undefined;
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.interrupt = () => {
+        if (!this.running || (wakeable && this.woken)) {
+          this.woken = false;
+          done();
+        }
+      };
+    });
+  }
+
+  private async loop(): Promise<void> {
+    const rate = this.ratePerSecond;
+    const perMs = rate / 1000;
+    // A token bucket holding at most one batch: a steady stream, never a burst larger than a batch.
+    let tokens = this.batchSize;
+    let last = performance.now();
+    let failures = 0;
+    while (this.running) {
+      const now = performance.now();
+      tokens = rate === Infinity ? this.batchSize : Math.min(this.batchSize, tokens + (now - last) * perMs);
+      last = now;
+      const want = Math.floor(tokens);
+      if (want < 1) {
+        await this.pause(Math.ceil((1 - tokens) / perMs), false);
+        continue;
+      }
+      let moved: number;
+      try {
+        moved = await this.drainOnce(want);
+        failures = 0;
+      } catch (error) {
+        failures++;
+        this.stats.failures++;
+        const delay = backoffDelay(failures, this.initialDelayMs, Math.max(this.initialDelayMs, this.maxDelayMs));
+        this.logger.warn('retry scheduler pass failed; trying again', { attempt: failures, delayMs: delay, error: error instanceof Error ? error.message : String(error) });
+        await this.pause(delay, false);
+        continue;
+      }
+      tokens -= moved;
+      if (moved < want) {
+        // Nothing more is due, or the outbox is full: look again later (a resume wakes us).
+        await this.pause(this.pollMs, true);
+      } else if (rate !== Infinity) {
+        // Wait until a whole batch has accrued.
+        await this.pause(Math.max(1, Math.ceil((this.batchSize - tokens) / perMs)), false);
+      }
+    }
+  }
+}
