@@ -11,9 +11,11 @@
  *   WARREN_CRASH=after-commit (SIGKILL itself once the guard committed, before the ack)
  * - for `relay`: WARREN_CRASH=after-publish:<n> (SIGKILL itself after the n-th confirmed
  *   publish, before the rows are marked sent), WARREN_LEASE_MS
+ * - `scheduler`: a retry-table scheduler with its relay at WARREN_RATE rows/s; writes
+ *   `drained <total>` after each pass that moved rows (the test kills it mid-drain)
  *
  * It writes one line per event: `ready`, `migrated <json>`, `outcome <kind> <id>`,
- * `committed <id>`, `published <id>`. stdout is a pipe, written synchronously on Linux,
+ * `committed <id>`, `published <id>`, `drained <n>`. stdout is a pipe, written synchronously on Linux,
  * so a line is out before the process kills itself.
  */
 import { defineTopology, Warren, type OutgoingMessage, type TopologyOptions } from '../../index.js';
@@ -82,6 +84,18 @@ if (role === 'migrate') {
   };
   const relay = store.relay({ publisher, exchange: warren.topology.exchange, leaseMs: Number(process.env['WARREN_LEASE_MS'] ?? 30_000), pollMs: 20 });
   await relay.start();
+  say('ready');
+} else if (role === 'scheduler') {
+  const warren = await connect();
+  const scheduler = store.retryTable.scheduler({
+    publisher: warren.publisher,
+    exchange: warren.topology.exchange,
+    ratePerSecond: Number(process.env['WARREN_RATE'] ?? 100),
+    pollMs: 20,
+    relay: { pollMs: 20, leaseMs: Number(process.env['WARREN_LEASE_MS'] ?? 30_000) },
+  });
+  scheduler.on('drained', () => say(`drained ${scheduler.stats.moved}`));
+  await scheduler.start();
   say('ready');
 } else {
   throw new Error(`unknown WARREN_CHILD_ROLE ${role}`);
