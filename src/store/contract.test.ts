@@ -15,16 +15,16 @@ describe.each(BACKENDS)('store contract: %s', (backend) => {
     it('applies the schema once; running again changes nothing', async () => {
       const h = await harness(backend);
       const store = h.store();
-      expect(await store.migrate()).toEqual({ applied: [1], version: 1 });
-      expect(await store.migrate()).toEqual({ applied: [], version: 1 });
-      expect(await h.store().migrate()).toEqual({ applied: [], version: 1 });
+      expect(await store.migrate()).toEqual({ applied: [1, 2], version: 2 });
+      expect(await store.migrate()).toEqual({ applied: [], version: 2 });
+      expect(await h.store().migrate()).toEqual({ applied: [], version: 2 });
     });
 
     it('is safe when two stores migrate at the same moment: one applies, the other finds it done', async () => {
       const h = await harness(backend);
       const reports = await Promise.all([h.store().migrate(), h.store().migrate(), h.store().migrate()]);
-      expect(reports.flatMap((r) => r.applied)).toEqual([1]);
-      expect(reports.every((r) => r.version === 1)).toBe(true);
+      expect(reports.flatMap((r) => r.applied)).toEqual([1, 2]);
+      expect(reports.every((r) => r.version === 2)).toBe(true);
     });
 
     it('is safe when two processes start at the same moment', async () => {
@@ -33,8 +33,8 @@ describe.each(BACKENDS)('store contract: %s', (backend) => {
       const children = [spawnChild(env), spawnChild(env)];
       const lines = await Promise.all(children.map((c) => c.line('migrated ')));
       const reports = lines.map((l) => JSON.parse(l.slice('migrated '.length)) as { applied: number[]; version: number });
-      expect(reports.flatMap((r) => r.applied)).toEqual([1]);
-      expect(reports.map((r) => r.version)).toEqual([1, 1]);
+      expect(reports.flatMap((r) => r.applied)).toEqual([1, 2]);
+      expect(reports.map((r) => r.version)).toEqual([2, 2]);
       expect(await Promise.all(children.map((c) => c.exited))).toEqual([0, 0]);
     });
 
@@ -45,8 +45,28 @@ describe.each(BACKENDS)('store contract: %s', (backend) => {
       const p = h.spec.tablePrefix;
       expect(store.tables.processed).toContain(`${p}processed`);
       expect(store.tables.outbox).toContain(`${p}outbox`);
+      expect(store.tables.retry).toContain(`${p}retry`);
       const count = await store.transaction((tx) => exec(h.spec, tx, `SELECT count(*) AS n FROM ${store.tables.migrations}`));
-      expect(Number((count[0] as { n: number }).n)).toBe(1);
+      expect(Number((count[0] as { n: number }).n)).toBe(2);
+    });
+
+    it('upgrades a database made with the first schema, keeping its outbox rows', async () => {
+      const h = await harness(backend);
+      const old = h.store();
+      await old.migrate();
+      await old.transaction((tx) => old.outbox.add(tx, 'order.created', { n: 1 }));
+      // Back to schema 1, as an older version of warren left it.
+      const t = old.tables;
+      await old.transaction(async (tx) => {
+        for (const sql of [`DROP TABLE ${t.retry}`, `DROP TABLE ${t.retryHolds}`, `DROP TABLE ${t.retryAudit}`, `ALTER TABLE ${t.outbox} DROP COLUMN origin`, `DELETE FROM ${t.migrations} WHERE version = 2`]) {
+          await exec(h.spec, tx, sql);
+        }
+      });
+      await old.close();
+      const store = h.store();
+      expect(await store.migrate()).toEqual({ applied: [2], version: 2 });
+      expect((await store.outbox.lag()).pending).toBe(1);
+      expect(await store.retryTable.count()).toBe(0);
     });
 
     it('migrates on first use by default', async () => {
