@@ -12,6 +12,11 @@ export const topology = defineTopology({
       // Short tiers so the demo is quick; production ladders are seconds to minutes.
       retry: { delays: ['200ms', '500ms', '1s'], maxAttempts: 4 },
     },
+    // The retry-table tour (examples/retry-table.ts): shipments wait for the carrier.
+    'warren.demo.shipping': {
+      bindings: ['shipment.*'],
+      retry: { delays: ['200ms'], maxAttempts: 3 },
+    },
   },
 });
 

@@ -67,5 +67,8 @@ fi
 say "RabbitMQ answers on 127.0.0.1:5672"
 
 # --- the demo ----------------------------------------------------------------
-# exec: Ctrl-C and SIGTERM reach the demo, which shuts its consumer down cleanly.
-exec npx --no-install tsx examples/demo.ts
+# Two tours: the delay ladder and the parked queue, then the retry table.
+npx --no-install tsx examples/demo.ts
+echo
+# exec: Ctrl-C and SIGTERM reach the tour, which shuts its consumer down cleanly.
+exec npx --no-install tsx examples/retry-table.ts
