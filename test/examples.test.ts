@@ -1,0 +1,31 @@
+/**
+ * The tours `npm start` runs, run for real so they stay true: their output is what the
+ * README and docs/retry-table.md describe.
+ */
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { AMQP_URL } from './helpers.js';
+
+function run(file: string): Promise<{ code: number | null; out: string }> {
+  const path = fileURLToPath(new URL(`../examples/${file}`, import.meta.url));
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', path], { env: { ...process.env, WARREN_AMQP_URL: AMQP_URL }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (out += c.toString()));
+    child.on('exit', (code) => resolve({ code, out }));
+  });
+}
+
+describe('examples', () => {
+  it('the retry-table tour: rows paused while the carrier is down, none of its calls while paused, all 30 labels in the end', async () => {
+    const { code, out } = await run('retry-table.ts');
+    expect(out).toMatch(/30 rows in the table, all paused/);
+    expect(out).toMatch(/a second later the carrier was called 0 more times/);
+    expect(out).toMatch(/acme's 10 rows still held/);
+    expect(out).toMatch(/all 30 labels printed/);
+    expect(out).toMatch(/alice\s+pause\s+\{"tenant":"acme"\} → 10 rows/);
+    expect(code).toBe(0);
+  }, 60_000);
+});
