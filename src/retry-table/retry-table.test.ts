@@ -7,10 +7,11 @@
 import { describe, expect, it } from 'vitest';
 import type { TopologyOptions } from '../index.js';
 import { HEADER } from '../headers.js';
-import { AMQP_URL, connectWarren, depth, drain, rawConnection, sleep, testTopology, waitFor } from '../../test/helpers.js';
+import { AMQP_URL, connectWarren, onTeardown, depth, drain, rawConnection, sleep, testTopology, waitFor } from '../../test/helpers.js';
 import { BACKENDS, harness } from '../store/testing/harness.js';
 import { bumpEffect, createEffects, readEffects, type AnyStore, type StoreSpec } from '../store/testing/spec.js';
 import { spawnChild } from '../store/testing/spawn.js';
+import { TcpProxy } from '../store/testing/tcp-proxy.js';
 import { WaitForConditionError, type RetryRowInput } from './index.js';
 
 class CarrierDownError extends Error {
@@ -207,6 +208,51 @@ describe.each(BACKENDS)('retry table with a broker: %s', (backend) => {
     expect((await storeA.outbox.lag()).pending).toBe(0);
     await survivor.stop();
   }, 90_000);
+
+  it('a broker outage leaves the rows in the table (the outbox takes only its bound), and the drain goes on when it is back', async () => {
+    const h = await harness(backend);
+    const store = h.store();
+    const { topology, consumer: name } = setup();
+    const broker = new URL(AMQP_URL);
+    const proxy = await TcpProxy.start(Number(broker.port || 5672));
+    onTeardown(() => proxy.close());
+    broker.port = String(proxy.port);
+    const warren = await connectWarren(topology, { url: broker.toString(), reconnect: { initialDelayMs: 50, maxDelayMs: 300 } });
+    const seen = new Set<string>();
+    const direct = await connectWarren(topology);
+    await direct.consume(name, (_p: unknown, ctx) => void seen.add(ctx.messageId as string));
+    const c = topology.consumer(name);
+    for (let i = 0; i < 200; i++) {
+      await store.retryTable.insert({
+        messageId: `out-${i}`,
+        correlationId: null,
+        consumer: name,
+        queue: c.queue,
+        parkedQueue: c.parkedQueue,
+        exchange: topology.exchange,
+        routingKey: 'order.created',
+        content: '{}',
+        properties: JSON.stringify({ contentType: 'application/json', timestamp: 1, headers: {} }),
+        attempt: 1,
+        nextAttemptAt: new Date(),
+        lastError: 'down',
+        errorClass: 'CarrierDownError',
+        dependency: 'carrier',
+        tenant: null,
+      });
+    }
+    await proxy.cut();
+    const scheduler = store.retryTable.scheduler({ publisher: warren.publisher, exchange: topology.exchange, ratePerSecond: 1000, maxPending: 20, pollMs: 20, relay: { pollMs: 20, retry: { maxDelayMs: 200 } } });
+    await scheduler.start();
+    await sleep(800);
+    expect(seen.size).toBe(0);
+    expect((await store.outbox.lag()).pending).toBe(20);
+    expect(await store.retryTable.count()).toBe(180);
+    await proxy.restore();
+    await waitFor(() => seen.size === 200, 'all 200 rows delivered after the broker came back', 30_000);
+    expect(await store.retryTable.count()).toBe(0);
+    await scheduler.stop();
+  });
 
   it('holds the message unacked while the database is away when the handler asks for the table, then stores it once it is back', async () => {
     const h = await harness(backend);
