@@ -18,7 +18,7 @@ export const GLOBAL_FLAGS = {
   topology: { type: 'string', short: 't', label: '--topology PATH', help: 'module that exports the topology (`topology` or default export); env WARREN_TOPOLOGY' },
   url: { type: 'string', label: '--url URL', help: 'AMQP URL; env WARREN_AMQP_URL; default amqp://guest:guest@127.0.0.1:5672' },
   'management-url': { type: 'string', label: '--management-url URL', help: 'management API URL; env WARREN_MANAGEMENT_URL; default http://guest:guest@127.0.0.1:15672' },
-  'connect-timeout': { type: 'string', label: '--connect-timeout DURATION', help: 'how long to wait for the broker (e.g. 5s, 500ms); default 5s' },
+  'connect-timeout': { type: 'string', label: '--connect-timeout DURATION', help: 'how long to wait for the broker or the database (e.g. 5s, 500ms); default 5s' },
   json: { type: 'boolean', label: '--json', help: 'print JSON on stdout, for scripts' },
   help: { type: 'boolean', short: 'h', label: '--help, -h', help: 'show help' },
 } as const satisfies FlagSpecs;
@@ -31,6 +31,26 @@ export const FILTER_FLAGS = {
   until: { type: 'string', label: '--until TIME', help: 'failed before TIME (same forms)' },
   id: { type: 'string', multiple: true, label: '--id ID[,ID]', help: 'message id is one of these (repeatable)' },
   'routing-key': { type: 'string', label: '--routing-key PATTERN', help: 'original routing key matches PATTERN (topic syntax: * one word, # any)' },
+} as const satisfies FlagSpecs;
+
+/** Flags that say which database holds the retry table. */
+export const DB_FLAGS = {
+  db: { type: 'string', label: '--db URL', help: 'the application\'s database: sqlite:PATH (or a path ending in .db, .sqlite) or postgres://user:password@host/db; env WARREN_DB' },
+  'table-prefix': { type: 'string', label: '--table-prefix PREFIX', help: "prefix of warren's table names, as the store's tablePrefix; default warren_" },
+  schema: { type: 'string', label: '--schema NAME', help: "PostgreSQL schema of warren's tables, as the store's schema; default the connection's search_path" },
+} as const satisfies FlagSpecs;
+
+/** Flags that select retry-table rows; a row must match all that are given. */
+export const RETRY_FILTER_FLAGS = {
+  consumer: { type: 'string', label: '--consumer NAME', help: 'rows of this consumer' },
+  dependency: { type: 'string', label: '--dependency NAME', help: 'rows waiting for this dependency, e.g. carrier' },
+  tenant: { type: 'string', label: '--tenant ID', help: 'rows of this tenant' },
+  'error-class': { type: 'string', label: '--error-class NAME', help: 'rows whose last error class is NAME (exact), e.g. CarrierDownError' },
+  id: { type: 'string', multiple: true, label: '--id ID[,ID]', help: 'rows with these row ids (repeatable), as `warren retry list` shows them' },
+  paused: { type: 'boolean', label: '--paused', help: 'only paused rows' },
+  unpaused: { type: 'boolean', label: '--unpaused', help: 'only rows that are not paused' },
+  due: { type: 'boolean', label: '--due', help: 'only rows whose next attempt has come (paused or not)' },
+  'not-due': { type: 'boolean', label: '--not-due', help: 'only rows whose next attempt is later, or not set' },
 } as const satisfies FlagSpecs;
 
 export const MAX_HELD_FLAG = {

@@ -3,9 +3,11 @@ import { isAbsolute, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import * as amqp from 'amqplib';
 import { redactUrl } from '../connection/url.js';
-import { InvalidOptionError } from '../errors.js';
+import { InvalidOptionError, StoreSchemaError, StoreUnavailableError } from '../errors.js';
 import { ManagementClient } from '../management/client.js';
+import type { Store } from '../store/index.js';
 import { defineTopology, type Topology, type TopologyOptions } from '../topology/declaration.js';
+import type { ParsedValues } from './args.js';
 import { CliError, EXIT, UsageError } from './errors.js';
 
 /** Where the CLI writes, and what it reads from the environment; tests and embedders pass their own. */
@@ -20,7 +22,7 @@ export interface Io {
 export const DEFAULT_AMQP_URL = 'amqp://guest:guest@127.0.0.1:5672';
 export const DEFAULT_MANAGEMENT_URL = 'http://guest:guest@127.0.0.1:15672';
 
-/** Secrets that must never be printed: the passwords of both URLs. */
+/** Secrets that must never be printed: the passwords of the broker, management and database URLs. */
 export function secretsOf(...urls: readonly (string | undefined)[]): string[] {
   const out: string[] = [];
   for (const url of urls) {
@@ -29,6 +31,9 @@ export function secretsOf(...urls: readonly (string | undefined)[]): string[] {
       const u = new URL(url);
       // A password equal to the user name (guest:guest) is no secret, and masking it would hide the user.
       if (u.password && u.password !== u.username) out.push(u.password, decodeURIComponent(u.password));
+      // libpq also takes the password as a parameter: postgres://app@db/shop?password=…
+      const param = u.searchParams.get('password');
+      if (param) out.push(param, encodeURIComponent(param));
     } catch {
       const m = /\/\/[^:@/]*:([^@/]*)@/.exec(url);
       if (m?.[1]) out.push(m[1]);
@@ -164,4 +169,168 @@ export function management(s: BrokerSettings): ManagementClient {
   } catch {
     throw new UsageError(`--management-url: ${redactUrl(s.managementUrl)} is not a URL (http://user:password@host:15672).`);
   }
+}
+
+/** Where the retry table lives, from `--db` (or WARREN_DB), `--table-prefix` and `--schema`. */
+export type DatabaseSettings =
+  | {
+      readonly backend: 'sqlite';
+      /** Where the database was given: `--db` or `WARREN_DB`. */
+      readonly from: string;
+      /** Absolute path of the database file. */
+      readonly filename: string;
+      /** How messages name the database. */
+      readonly shown: string;
+      readonly tablePrefix: string;
+    }
+  | {
+      readonly backend: 'postgres';
+      readonly from: string;
+      readonly connectionString: string;
+      /** The URL with its password masked. */
+      readonly shown: string;
+      readonly tablePrefix: string;
+      readonly schema: string | undefined;
+      readonly connectTimeoutMs: number;
+    };
+
+/** The store's default table prefix; the CLI passes it explicitly so messages can name it. */
+export const DEFAULT_TABLE_PREFIX = 'warren_';
+
+const DB_EXAMPLES = '--db sqlite:data/warren.db, or --db postgres://app@db.internal:5432/shop';
+
+/** A database URL safe to print: the password masked, in the user part and in a `password` parameter. */
+export function redactDbUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    if (u.searchParams.has('password')) u.searchParams.set('password', '***');
+    return u.toString().replace('password=%2A%2A%2A', 'password=***');
+  } catch {
+    return url.replace(/\/\/([^:@/]+):[^@/]*@/, '//$1:***@').replace(/([?&]password=)[^&]*/i, '$1***');
+  }
+}
+
+/**
+ * Reads the database flags: `--db` (or WARREN_DB) as `sqlite:PATH` (relative to `cwd`),
+ * a path ending in `.db`, `.sqlite` or `.sqlite3`, or a `postgres://` URL.
+ */
+export function databaseSettings(values: ParsedValues, io: Io, connectTimeoutMs: number): DatabaseSettings {
+  const flag = typeof values['db'] === 'string' ? values['db'] : undefined;
+  const given = flag ?? io.env['WARREN_DB'];
+  const from = flag !== undefined ? '--db' : 'WARREN_DB';
+  if (given === undefined || given.trim() === '') {
+    throw new UsageError(`No database given: pass --db URL or set WARREN_DB to the database the application's store uses, e.g. ${DB_EXAMPLES}.`);
+  }
+  const prefix = typeof values['table-prefix'] === 'string' ? values['table-prefix'] : DEFAULT_TABLE_PREFIX;
+  const schema = typeof values['schema'] === 'string' ? values['schema'] : undefined;
+  const text = given.trim();
+  if (/^postgres(ql)?:\/\//i.test(text)) {
+    try {
+      new URL(text);
+    } catch {
+      throw new UsageError(`${from}: ${redactDbUrl(text)} is not a URL (postgres://user:password@host:5432/database).`);
+    }
+    return { backend: 'postgres', from, connectionString: text, shown: redactDbUrl(text), tablePrefix: prefix, schema, connectTimeoutMs };
+  }
+  let path: string | undefined;
+  const sqlite = /^sqlite:(?:\/\/)?(.*)$/i.exec(text);
+  if (sqlite) path = sqlite[1];
+  else if (!/^[a-z][a-z0-9+.-]*:\/\//i.test(text) && /\.(db|sqlite3?)$/i.test(text)) path = text;
+  if (path === undefined) {
+    throw new UsageError(`${from}: ${redactDbUrl(text)} is neither sqlite:PATH, a path ending in .db or .sqlite, nor a postgres:// URL. Examples: ${DB_EXAMPLES}.`);
+  }
+  if (path === '') throw new UsageError(`${from}: sqlite: needs a file path, e.g. sqlite:data/warren.db.`);
+  if (schema !== undefined) throw new UsageError('--schema is for PostgreSQL only; a SQLite database has no schemas (use --table-prefix).');
+  const filename = isAbsolute(path) ? path : resolve(io.cwd, path);
+  return { backend: 'sqlite', from, filename, shown: `sqlite:${path}`, tablePrefix: prefix };
+}
+
+/** Rewrites a store option error to name the flag it came from. */
+function flagError(error: unknown): unknown {
+  if (!(error instanceof InvalidOptionError)) return error;
+  const flag = error.option === 'tablePrefix' ? '--table-prefix' : error.option === 'schema' ? '--schema' : undefined;
+  return flag === undefined ? error : new UsageError(error.message.replace(/^Invalid option `[^`]+`/, flag));
+}
+
+/**
+ * Opens the application's store on these settings without migrating it (the CLI never
+ * changes a schema) and without its pruning schedule. Loads only the backend it needs.
+ */
+export async function openDatabase(s: DatabaseSettings): Promise<Store<unknown>> {
+  if (s.backend === 'sqlite') {
+    try {
+      const st = await stat(s.filename);
+      if (!st.isFile()) throw new Error('not a file');
+    } catch {
+      // Opening would create an empty file: refuse instead, the path is most likely wrong.
+      throw new UsageError(`${s.from}: there is no SQLite database at ${s.filename} (from ${s.shown}). Give the file the application's store uses; a relative path is taken from the current directory.`);
+    }
+    const { sqliteStore } = await import('../store/sqlite/index.js');
+    try {
+      return sqliteStore({ filename: s.filename, tablePrefix: s.tablePrefix, migrate: false, pruneIntervalMs: 0 }) as unknown as Store<unknown>;
+    } catch (error) {
+      throw flagError(error);
+    }
+  }
+  const { postgresStore } = await import('../store/postgres/index.js');
+  try {
+    return postgresStore({
+      connectionString: s.connectionString,
+      tablePrefix: s.tablePrefix,
+      ...(s.schema === undefined ? {} : { schema: s.schema }),
+      migrate: false,
+      pruneIntervalMs: 0,
+      poolSize: 2,
+      connectTimeoutMs: s.connectTimeoutMs,
+    }) as unknown as Store<unknown>;
+  } catch (error) {
+    throw flagError(error);
+  }
+}
+
+/** Where warren's tables were looked for, in words. */
+function tablesWhere(s: DatabaseSettings): string {
+  return `with prefix ${s.tablePrefix}${s.backend === 'postgres' && s.schema !== undefined ? ` in schema ${s.schema}` : ''}`;
+}
+
+/**
+ * Explains a database failure in one line with the exit code it deserves, or returns
+ * undefined for an error that is not about reaching or reading the database.
+ */
+export function describeDatabaseError(error: unknown, s: DatabaseSettings): CliError | undefined {
+  if (error instanceof StoreSchemaError) {
+    const check = s.backend === 'postgres' ? '--table-prefix and --schema' : '--table-prefix';
+    if (error.applied === 0) {
+      return new CliError(
+        `${s.shown} has no warren tables ${tablesWhere(s)}. Start the application once (its store creates them on first use) or run its migrate step (\`await store.migrate()\`), then try again; or check ${check}.`,
+        EXIT.failed,
+      );
+    }
+    if (error.applied < error.expected) {
+      return new CliError(
+        `warren's tables in ${s.shown} (${tablesWhere(s)}) are at migration ${error.applied}; this warren needs ${error.expected}. Start the application on this version of warren (its store migrates on first use) or run its migrate step (\`await store.migrate()\`), then try again.`,
+        EXIT.failed,
+      );
+    }
+    return new CliError(`warren's tables in ${s.shown} are at migration ${error.applied}, newer than this warren knows (${error.expected}). Run the warren CLI of the version the application uses.`, EXIT.failed);
+  }
+  if (error instanceof StoreUnavailableError) {
+    const detail = error.message.replace(/^The database is unavailable: /, '').replace(/\.$/, '');
+    return new CliError(`Cannot reach the database at ${s.shown} (${s.from}): ${detail}.`, EXIT.unreachable);
+  }
+  const e = error as { code?: unknown; message?: unknown };
+  const code = typeof e?.code === 'string' ? e.code : undefined;
+  const message = typeof e?.message === 'string' ? e.message.split('\n')[0] : '';
+  if (s.backend === 'postgres' && code !== undefined && /^28/.test(code)) {
+    let user = '';
+    try {
+      user = decodeURIComponent(new URL(s.connectionString).username);
+    } catch {
+      // keep it unnamed
+    }
+    return new CliError(`PostgreSQL at ${s.shown} refused the credentials${user ? ` of user '${user}'` : ''} (${code}: ${message}). Check the user and password in ${s.from}.`, EXIT.unreachable);
+  }
+  if (s.backend === 'postgres' && code === '3D000') return new CliError(`PostgreSQL at ${s.shown}: ${message} (3D000). Check the database name in ${s.from}.`, EXIT.unreachable);
+  return undefined;
 }

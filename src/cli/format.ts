@@ -48,6 +48,18 @@ export function span(ms: number): string {
   return `${Math.floor(m / 60)}h ${String(m % 60).padStart(2, '0')}m`;
 }
 
+/** A time relative to `now` for people: `in 5m 00s`, `12s ago`, `now` (within a second). */
+export function relative(d: Date, now: number = Date.now()): string {
+  const ms = d.getTime() - now;
+  if (Math.abs(ms) < 1000) return 'now';
+  return ms > 0 ? `in ${span(ms)}` : `${span(-ms)} ago`;
+}
+
+/** `--tenant 42`: a value as a shell word, quoted when it needs to be. */
+export function shellWord(value: string): string {
+  return /^[\w.,:/@%+=-]+$/.test(value) ? value : `'${value.replace(/'/g, `'\\''`)}'`;
+}
+
 /** What a progress display needs to know. */
 export interface ProgressState {
   readonly done: number;

@@ -5,9 +5,11 @@ const EXIT_CODES = [
   '  0    done; every check passed',
   '  1    a check failed: something is parked, a work queue has messages and no consumer,',
   '       a queue is missing or differs from the declaration; or the command could not do',
-  '       all it was asked (a message not found, a replay that could not publish)',
-  '  2    usage error: a bad flag or value, an unknown consumer, no topology module',
-  '  3    the broker is unreachable or refused the credentials',
+  '       all it was asked (a message not found, a replay that could not publish, a',
+  "       database without warren's tables)",
+  '  2    usage error: a bad flag or value, an unknown consumer or dependency, no topology',
+  '       module, no database',
+  '  3    the broker or the database is unreachable or refused the credentials',
   '  130  stopped by Ctrl-C or SIGTERM, after settling what was under way (nothing lost)',
 ];
 
@@ -15,8 +17,22 @@ const ENVIRONMENT = [
   '  WARREN_TOPOLOGY         topology module, as --topology',
   '  WARREN_AMQP_URL         AMQP URL, as --url',
   '  WARREN_MANAGEMENT_URL   management API URL, as --management-url',
+  '  WARREN_DB               the database of the retry table, as --db',
+  '  WARREN_ACTOR            who makes retry-table changes, as --actor',
   '  Passwords in these URLs are never printed.',
 ];
+
+/** Flags for every command that concern only the broker and the topology. */
+const BROKER_FLAGS = new Set(['topology', 'url', 'management-url']);
+
+/**
+ * The flags for every command that matter to `c`: a command that takes --db works on the
+ * database alone, so its help leaves out the topology and broker flags.
+ */
+function globalFlagsOf(c: Command): FlagSpecs {
+  if (!('db' in c.flags)) return GLOBAL_FLAGS;
+  return Object.fromEntries(Object.entries(GLOBAL_FLAGS).filter(([name]) => !BROKER_FLAGS.has(name)));
+}
 
 function flagLines(flags: FlagSpecs): string[] {
   const entries = Object.values(flags);
@@ -43,6 +59,9 @@ export function mainHelp(commands: readonly Command[], version: string): string 
     '`topology` (or a default export), made with defineTopology() or a plain object with',
     "`consumers`. A .ts module loads when the CLI runs under tsx (NODE_OPTIONS='--import tsx').",
     '',
+    "The retry commands work on the application's database alone (--db or WARREN_DB:",
+    'sqlite:PATH or postgres://…); they need neither the topology nor the broker.',
+    '',
     'Environment:',
     ...ENVIRONMENT,
     '',
@@ -56,6 +75,9 @@ export function mainHelp(commands: readonly Command[], version: string): string 
     '  warren parked show billing 0190a1b2-7c3d-7000-8000-00000000002a',
     '  warren parked replay billing --error-class HttpError --rate 50',
     '  warren topology verify',
+    '  export WARREN_DB=postgres://ops:secret@db.internal:5432/shop',
+    '  warren retry pause --dependency carrier --actor alice',
+    '  warren retry resume --dependency carrier --due-now',
     '',
     'Run `warren COMMAND --help` for the flags and examples of each command.',
   ].join('\n');
@@ -84,7 +106,7 @@ export function commandHelp(c: Command): string {
     '',
     ...own,
     'Flags for every command:',
-    ...flagLines(GLOBAL_FLAGS),
+    ...flagLines(globalFlagsOf(c)),
     '',
     'Examples:',
     ...c.examples.map((e) => `  ${e}`),

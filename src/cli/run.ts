@@ -1,12 +1,13 @@
 import { readFileSync } from 'node:fs';
 import type * as amqp from 'amqplib';
-import { InvalidOptionError, UnknownConsumerError, WarrenError } from '../errors.js';
+import { InvalidOptionError, StoreSchemaError, StoreUnavailableError, UnknownConsumerError, WarrenError } from '../errors.js';
 import type { ManagementClient } from '../management/client.js';
 import { QueueNotFoundError, WalkInterruptedError } from '../park/errors.js';
 import type { Topology } from '../topology/declaration.js';
 import { duration, GLOBAL_FLAGS, parseStrict, positionalsOf, str, type FlagSpecs } from './args.js';
 import type { Command, CommandContext } from './command.js';
 import { parkedExport, parkedList, parkedPurge, parkedReplay, parkedShow } from './commands/parked.js';
+import { RETRY_COMMANDS } from './commands/retry.js';
 import { status } from './commands/status.js';
 import { topologyApply, topologyPlan, topologyVerify } from './commands/topology.js';
 import { connect, DEFAULT_AMQP_URL, DEFAULT_MANAGEMENT_URL, loadTopology, management, scrub, secretsOf, type BrokerSettings, type Io } from './context.js';
@@ -14,7 +15,7 @@ import { CliError, EXIT, UsageError, type ExitCode } from './errors.js';
 import { commandHelp, groupHelp, mainHelp } from './help.js';
 
 /** Every command, in the order help lists them. */
-export const COMMANDS: readonly Command[] = [status, parkedList, parkedShow, parkedReplay, parkedPurge, parkedExport, topologyPlan, topologyApply, topologyVerify];
+export const COMMANDS: readonly Command[] = [status, parkedList, parkedShow, parkedReplay, parkedPurge, parkedExport, ...RETRY_COMMANDS, topologyPlan, topologyApply, topologyVerify];
 
 function version(): string {
   try {
@@ -46,6 +47,10 @@ function explain(error: unknown): { message: string; code: ExitCode } {
   if (error instanceof QueueNotFoundError) return { message: error.message, code: EXIT.failed };
   if (error instanceof WalkInterruptedError) return { message: error.message, code: EXIT.failed };
   if (error instanceof WarrenError && error.code === 'BROKER_UNREACHABLE') return { message: error.message, code: EXIT.unreachable };
+  // The retry commands explain these with the database's name; this is the fallback.
+  if (error instanceof WarrenError && error.code === 'UNKNOWN_DEPENDENCY') return { message: error.message, code: EXIT.usage };
+  if (error instanceof StoreUnavailableError) return { message: error.message, code: EXIT.unreachable };
+  if (error instanceof StoreSchemaError) return { message: error.message, code: EXIT.failed };
   const e = error as { code?: unknown; message?: string };
   // A channel or connection closed under us (the broker went away mid-command).
   if (typeof e?.message === 'string' && /Connection closed|Channel closed|ECONNRESET|socket/i.test(e.message)) {
@@ -61,7 +66,7 @@ function explain(error: unknown): { message: string; code: ExitCode } {
 export async function run(argv: readonly string[], io: Io): Promise<ExitCode> {
   const env = io.env;
   const url = env['WARREN_AMQP_URL'] ?? DEFAULT_AMQP_URL;
-  let secrets = secretsOf(url, env['WARREN_MANAGEMENT_URL']);
+  let secrets = secretsOf(url, env['WARREN_MANAGEMENT_URL'], env['WARREN_DB']);
   const err = (line = '') => void io.stderr.write(`${scrub(line, secrets)}\n`);
   const out = (line = '') => void io.stdout.write(`${line}\n`);
 
@@ -116,7 +121,7 @@ export async function run(argv: readonly string[], io: Io): Promise<ExitCode> {
       managementUrl: str(parsed.values, 'management-url') ?? env['WARREN_MANAGEMENT_URL'] ?? DEFAULT_MANAGEMENT_URL,
       connectTimeoutMs: duration(parsed.values, 'connect-timeout') ?? 5000,
     };
-    secrets = secretsOf(broker.url, broker.managementUrl);
+    secrets = secretsOf(broker.url, broker.managementUrl, str(parsed.values, 'db') ?? env['WARREN_DB']);
     let topology: Promise<Topology> | undefined;
     let api: ManagementClient | undefined;
     const ctx: CommandContext = {
