@@ -5,7 +5,7 @@ import type { Logger } from '../logger.js';
 import type { OutboxPublisher, OutboxRelay, OutboxRelayOptions } from '../store/outbox-relay.js';
 import type { HealthChecks, HealthMonitor, HealthMonitorOptions } from './health.js';
 import type { RetryTable } from './index.js';
-import type { RetryTableDriver } from './types.js';
+import type { DrainResult, RetryTableDriver } from './types.js';
 
 /** Options of `store.retryTable.scheduler(options)`. */
 export interface RetrySchedulerOptions {
@@ -106,6 +106,7 @@ export class RetryScheduler extends EventEmitter {
   private loopDone: Promise<void> | undefined;
   private interrupt: (() => void) | undefined;
   private woken = false;
+  private readonly onRelayPass = () => this.wake();
   private readonly onChanged = (change: { action: string; rows: number }) => {
     if (change.rows > 0 && (change.action === 'resume' || change.action === 'schedule')) this.wake();
   };
@@ -148,6 +149,7 @@ export class RetryScheduler extends EventEmitter {
     if (this.running) return;
     this.running = true;
     this.table.on('changed', this.onChanged);
+    this.relay?.on('pass', this.onRelayPass);
     await this.relay?.start();
     await this.health?.start();
     this.loopDone = this.loop();
@@ -161,18 +163,23 @@ export class RetryScheduler extends EventEmitter {
     this.interrupt?.();
     await this.loopDone;
     await this.health?.stop();
+    this.relay?.off('pass', this.onRelayPass);
     await this.relay?.stop();
   }
 
   /** Moves up to `limit` due rows into the outbox now; returns how many. Throws when the database is down. */
   async drainOnce(limit = this.batchSize): Promise<number> {
-    const moved = await this.driver.drain({ limit, maxPending: this.maxPending });
+    return (await this.pass(limit)).moved;
+  }
+
+  private async pass(limit: number): Promise<DrainResult> {
+    const result = await this.driver.drain({ limit, maxPending: this.maxPending });
     this.stats.passes++;
-    if (moved > 0) {
-      this.stats.moved += moved;
-      this.emit('drained', { rows: moved });
+    if (result.moved > 0) {
+      this.stats.moved += result.moved;
+      this.emit('drained', { rows: result.moved });
     }
-    return moved;
+    return result;
   }
 
   private wake(): void {
@@ -204,23 +211,25 @@ export class RetryScheduler extends EventEmitter {
 
   private async loop(): Promise<void> {
     const rate = this.ratePerSecond;
-    const perMs = rate / 1000;
-    // A token bucket holding at most one batch: a steady stream, never a burst larger than a batch.
-    let tokens = this.batchSize;
-    let last = performance.now();
+    // Pacing by a theoretical send time (`tat`): each row sent moves it on by one
+    // interval, and the loop waits until a whole batch is allowed. Time spent in the
+    // database counts toward the interval, so the stream holds the set rate; `tat` is
+    // never more than one batch behind now, so an idle scheduler bursts one batch at most.
+    const interval = rate === Infinity ? 0 : 1000 / rate;
+    const burst = this.batchSize * interval;
+    let tat = performance.now() - burst;
     let failures = 0;
     while (this.running) {
       const now = performance.now();
-      tokens = rate === Infinity ? this.batchSize : Math.min(this.batchSize, tokens + (now - last) * perMs);
-      last = now;
-      const want = Math.floor(tokens);
+      if (tat < now - burst) tat = now - burst;
+      const want = rate === Infinity ? this.batchSize : Math.min(this.batchSize, Math.floor((now - tat) / interval + 1e-9));
       if (want < 1) {
-        await this.pause(Math.ceil((1 - tokens) / perMs), false);
+        await this.pause(Math.max(1, Math.ceil(tat + interval - now)), false);
         continue;
       }
-      let moved: number;
+      let result: DrainResult;
       try {
-        moved = await this.drainOnce(want);
+        result = await this.pass(want);
         failures = 0;
       } catch (error) {
         failures++;
@@ -230,13 +239,16 @@ export class RetryScheduler extends EventEmitter {
         await this.pause(delay, false);
         continue;
       }
-      tokens -= moved;
-      if (moved < want) {
-        // Nothing more is due, or the outbox is full: look again later (a resume wakes us).
+      tat += result.moved * interval;
+      if (result.full) {
+        // The outbox holds its bound of unsent rows: wait for the relay (its passes wake us).
+        await this.pause(Math.min(this.pollMs, 50), true);
+      } else if (result.moved < want) {
+        // Nothing more is due: look again later (a resume in this process wakes us).
         await this.pause(this.pollMs, true);
       } else if (rate !== Infinity) {
-        // Wait until a whole batch has accrued.
-        await this.pause(Math.max(1, Math.ceil((this.batchSize - tokens) / perMs)), false);
+        // Wait until a whole batch is allowed.
+        await this.pause(Math.max(1, Math.ceil(tat + burst - performance.now())), false);
       }
     }
   }

@@ -140,6 +140,13 @@ export interface DrainOptions {
   readonly maxPending: number;
 }
 
+/** What one drain did. */
+export interface DrainResult {
+  readonly moved: number;
+  /** True when the outbox bound (`maxPending`) left less room than `limit`. */
+  readonly full: boolean;
+}
+
 /**
  * What a store backend gives the retry table. Each method is one transaction; every
  * change writes its audit entry in the same transaction.
@@ -160,8 +167,11 @@ export interface RetryTableDriver {
    * `headers` merged into each row's headers; deletes them; returns how many.
    */
   park(filter: RetryFilter, actor: string, headers: Readonly<Record<string, unknown>>): Promise<number>;
-  /** Moves up to `limit` due, unpaused rows into the outbox (oldest next attempt first), addressed to their queue; returns how many. */
-  drain(options: DrainOptions): Promise<number>;
+  /**
+   * Moves up to `limit` due, unpaused rows into the outbox (oldest next attempt first),
+   * addressed to their queue. `full`: the outbox bound stopped it short of `limit`.
+   */
+  drain(options: DrainOptions): Promise<DrainResult>;
   holds(): Promise<RetryHold[]>;
   /** Dependencies named by rows or holds, sorted. */
   dependencies(): Promise<string[]>;

@@ -1,6 +1,6 @@
 import { checkFilter, holdOf, holdMatches, liftedHoldsWhere, whereOf, type SqlWriter } from '../../retry-table/filter.js';
 import { summarize } from '../../retry-table/signals.js';
-import type { DrainOptions, RetryAuditEntry, RetryChange, RetryFilter, RetryHold, RetryRow, RetryRowInput, RetrySignals, RetryTableDriver } from '../../retry-table/types.js';
+import type { DrainOptions, DrainResult, RetryAuditEntry, RetryChange, RetryFilter, RetryHold, RetryRow, RetryRowInput, RetrySignals, RetryTableDriver } from '../../retry-table/types.js';
 import type { PgClient } from './driver.js';
 import type { PostgresInternals } from './index.js';
 
@@ -192,13 +192,14 @@ export class PostgresRetryTableDriver<C extends PgClient> implements RetryTableD
     }, 'park retry-table rows');
   }
 
-  drain(options: DrainOptions): Promise<number> {
+  drain(options: DrainOptions): Promise<DrainResult> {
     const t = this.store.tables;
     return this.store.transaction(async (client) => {
       const q = <R>(sql: string, values: unknown[]) => this.store.query<R>(client, sql, values, 'send due retry-table rows back');
       const pending = Number((await q<{ n: number }>(`SELECT count(*)::float8 AS n FROM ${t.outbox} WHERE sent_at IS NULL AND failed_at IS NULL AND origin = 'retry'`, [])).rows[0]?.n ?? 0);
       const room = Math.min(options.limit, options.maxPending - pending);
-      if (room <= 0) return 0;
+      const full = room < options.limit;
+      if (room <= 0) return { moved: 0, full };
       const sql = `WITH due AS (SELECT id FROM ${t.retry} WHERE NOT paused AND next_attempt_at <= now() ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE SKIP LOCKED),
         moved AS (DELETE FROM ${t.retry} AS r USING due WHERE r.id = due.id RETURNING r.id, r.message_id, r.queue, r.content, r.properties, r.next_attempt_at),
         ins AS (INSERT INTO ${t.outbox} (message_id, exchange, routing_key, content, properties, origin)
@@ -206,7 +207,7 @@ export class PostgresRetryTableDriver<C extends PgClient> implements RetryTableD
         SELECT count(*)::float8 AS n FROM ins`;
       const n = Number((await q<{ n: number }>(sql, [room])).rows[0]?.n ?? 0);
       if (n > 0) await this.notify(client);
-      return n;
+      return { moved: n, full: full && n === room };
     }, 'send due retry-table rows back');
   }
 

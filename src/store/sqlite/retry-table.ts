@@ -1,6 +1,6 @@
 import { checkFilter, holdOf, holdMatches, liftedHoldsWhere, whereOf, type SqlWriter } from '../../retry-table/filter.js';
 import { summarize } from '../../retry-table/signals.js';
-import type { DrainOptions, RetryAuditEntry, RetryChange, RetryFilter, RetryHold, RetryRow, RetryRowInput, RetrySignals, RetryTableDriver } from '../../retry-table/types.js';
+import type { DrainOptions, DrainResult, RetryAuditEntry, RetryChange, RetryFilter, RetryHold, RetryRow, RetryRowInput, RetrySignals, RetryTableDriver } from '../../retry-table/types.js';
 import type { SqliteDatabase } from './driver.js';
 import type { SqliteInternals } from './index.js';
 
@@ -210,21 +210,22 @@ export class SqliteRetryTableDriver<DB extends SqliteDatabase> implements RetryT
     }, 'park retry-table rows');
   }
 
-  drain(options: DrainOptions): Promise<number> {
+  drain(options: DrainOptions): Promise<DrainResult> {
     const t = this.store.tables;
     return this.store.write((db) => {
       const pending = Number(
         (this.store.statement(db, `SELECT count(*) AS n FROM ${t.outbox} WHERE sent_at IS NULL AND failed_at IS NULL AND origin = 'retry'`).get() as { n: number }).n,
       );
       const room = Math.min(options.limit, options.maxPending - pending);
-      if (room <= 0) return 0;
+      const full = room < options.limit;
+      if (room <= 0) return { moved: 0, full };
       const now = Date.now();
       const ids = (
         this.store.statement(db, `SELECT id FROM ${t.retry} WHERE paused = 0 AND next_attempt_at IS NOT NULL AND next_attempt_at <= ? ORDER BY next_attempt_at, id LIMIT ?`).all(now, room) as Array<{
           id: number | bigint;
         }>
       ).map((r) => Number(r.id));
-      if (ids.length === 0) return 0;
+      if (ids.length === 0) return { moved: 0, full };
       const list = JSON.stringify(ids);
       this.store
         .statement(
@@ -235,7 +236,7 @@ export class SqliteRetryTableDriver<DB extends SqliteDatabase> implements RetryT
         .run(now, list);
       this.store.statement(db, `DELETE FROM ${t.retry} WHERE id IN (SELECT value FROM json_each(?))`).run(list);
       this.store.outboxAdded(true);
-      return ids.length;
+      return { moved: ids.length, full: full && ids.length === room };
     }, 'send due retry-table rows back');
   }
 
