@@ -237,6 +237,7 @@ describe.each(BACKENDS)('warren retry on %s', (backend) => {
     const all = await cli(['pause', '--all']);
     expect(all.code, all.stderr).toBe(0);
     expect(all.stdout).toMatch(/^Paused 4 rows \(recorded as /);
+    expect(all.stdout).toContain('Rows added later are not paused by this');
     expect(await t.count({ paused: true })).toBe(4);
   });
 

@@ -279,7 +279,8 @@ export const retryPause: Command = {
     'Pauses the rows that match the filters: the scheduler does not send them back until',
     'they are resumed. A pause by consumer, dependency, tenant or error class stays in force',
     'and also pauses rows added later that match, until `warren retry resume` with the same',
-    'filter lifts it. A pause by --id or by state (--paused, --due) pauses those rows only.',
+    'filter lifts it. A pause by --id, by state (--paused, --due) or --all pauses the rows',
+    'there now only.',
     '',
     'A filter is required; --all means every row. A --dependency that nothing names is',
     'refused with the known ones listed (a typo would pause nothing); --allow-unknown',
@@ -304,6 +305,7 @@ export const retryPause: Command = {
       }
       ctx.out(`Paused ${plural(rows, 'row')}${matching(filter)} ${byActor(options.actor)}.`);
       if (holds !== undefined) ctx.out(`Rows of ${holds} added later are paused too, until \`warren retry resume ${filterFlags(filter)}\`.`);
+      else ctx.out('Rows added later are not paused by this: a pause by consumer, dependency, tenant or error class also holds later rows.');
       return EXIT.ok;
     });
   },
