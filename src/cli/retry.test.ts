@@ -237,8 +237,9 @@ describe.each(BACKENDS)('warren retry on %s', (backend) => {
     const all = await cli(['pause', '--all']);
     expect(all.code, all.stderr).toBe(0);
     expect(all.stdout).toMatch(/^Paused 4 rows \(recorded as /);
-    expect(all.stdout).toContain('Rows added later are not paused by this');
+    expect(all.stdout).toContain('Every row added later is paused too, until `warren retry resume --all`.');
     expect(await t.count({ paused: true })).toBe(4);
+    expect((await t.holds()).map((h) => [h.consumer, h.dependency, h.tenant, h.errorClass])).toEqual([[null, null, null, null]]);
   });
 
   it('says the schema is not set up when the tables are not there (exit 1)', async () => {

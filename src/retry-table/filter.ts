@@ -43,12 +43,13 @@ export function isEmptyFilter(filter: RetryFilter): boolean {
   return Object.keys(filter).length === 0;
 }
 
-/** The hold a pause with this filter leaves, or undefined when it pauses rows only (by id, by state). */
+/**
+ * The hold a pause with this filter leaves (an empty filter: a hold on every row), or
+ * undefined when it pauses these rows only (by id, by state).
+ */
 export function holdOf(filter: RetryFilter): Pick<RetryHold, 'consumer' | 'dependency' | 'tenant' | 'errorClass'> | undefined {
   if (filter.ids !== undefined || filter.paused !== undefined || filter.due !== undefined) return undefined;
-  const hold = { consumer: filter.consumer ?? null, dependency: filter.dependency ?? null, tenant: filter.tenant ?? null, errorClass: filter.errorClass ?? null };
-  if (hold.consumer === null && hold.dependency === null && hold.tenant === null && hold.errorClass === null) return undefined;
-  return hold;
+  return { consumer: filter.consumer ?? null, dependency: filter.dependency ?? null, tenant: filter.tenant ?? null, errorClass: filter.errorClass ?? null };
 }
 
 /** How a backend writes the parts of a WHERE clause. */

@@ -29,7 +29,7 @@ export class UnknownDependencyError extends WarrenError {
   constructor(dependency: string, known: readonly string[]) {
     super(
       'UNKNOWN_DEPENDENCY',
-      `Unknown dependency '${dependency}': no row, pause, rule or health check names it. Known: ${known.length ? known.join(', ') : '(none yet)'}. Check the spelling; to pause a dependency before any row names it, pass { allowUnknown: true } (--allow-unknown on the command line).`,
+      `Unknown dependency '${dependency}': no row, pause, or rule or health check of this process names it. Known: ${known.length ? known.join(', ') : '(none yet)'}. Check the spelling; to pause a dependency before any row names it, pass { allowUnknown: true } (--allow-unknown on the command line).`,
     );
     this.dependency = dependency;
     this.known = known;
@@ -177,10 +177,10 @@ export class RetryTable extends EventEmitter {
    * now), or `null` for none (they wait until someone sets one).
    */
   async schedule(filter: RetryFilter, at: Date | 'now' | null, options: ChangeOptions = {}): Promise<number> {
-    let when: Date | null;
-    if (at === 'now') when = new Date();
-    else if (at === null) when = null;
-    else if (at instanceof Date && !Number.isNaN(at.getTime())) when = at.getTime() < Date.now() ? new Date() : at;
+    // "Now" is the database's clock, the one due rows are picked by.
+    let when: Date | 'now' | null;
+    if (at === 'now' || at === null) when = at;
+    else if (at instanceof Date && !Number.isNaN(at.getTime())) when = at.getTime() <= Date.now() ? 'now' : at;
     else throw new InvalidOptionError('at', `${JSON.stringify(at)} is not 'now', a valid Date or null`);
     const f = await this.checkChange(filter, options);
     return this.changed('schedule', await this.driver.update({ action: 'schedule', at: when }, f, checkActor(options.actor)));

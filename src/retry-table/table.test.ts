@@ -77,6 +77,17 @@ describe.each(BACKENDS)('retry table: %s', (backend) => {
     expect((await t.insert(row({ tenant: '42' }))).paused).toBe(false);
   });
 
+  it('a pause of every row holds rows added later too, until a resume of every row', async () => {
+    const h = await harness(backend);
+    const t = h.store().retryTable;
+    await t.insert(row());
+    expect(await t.pause({}, { actor: 'alice' })).toBe(1);
+    expect((await t.insert(row({ dependency: 'tax' }))).paused).toBe(true);
+    expect(await t.resume({}, { actor: 'alice' })).toBe(2);
+    expect(await t.holds()).toEqual([]);
+    expect((await t.insert(row())).paused).toBe(false);
+  });
+
   it('a resume leaves rows that another pause still covers paused, and a health check lifts only its own pause', async () => {
     const h = await harness(backend);
     const t = h.store().retryTable;

@@ -132,7 +132,8 @@ export type RetryChange =
   | { readonly action: 'pause' }
   /** `dueNow`: also set the next attempt to now. `ownPausesOnly`: lift only holds this actor made. */
   | { readonly action: 'resume'; readonly dueNow: boolean; readonly ownPausesOnly: boolean }
-  | { readonly action: 'schedule'; readonly at: Date | null };
+  /** `'now'`: the database's now (a time in the past is passed as `'now'`). */
+  | { readonly action: 'schedule'; readonly at: Date | 'now' | null };
 
 /** How the scheduler moves due rows: at most `limit`, only while the outbox holds fewer than `maxPending` unsent rows. */
 export interface DrainOptions {

@@ -90,10 +90,10 @@ describe('filters as SQL', () => {
     expect(whereOf({ due: false }, writer())).toBe('(next_attempt_at IS NULL OR next_attempt_at > :now)');
   });
 
-  it('keeps a pause by name as a hold, and a pause by id or state as rows only', () => {
+  it('keeps a pause by name (or of every row) as a hold, and a pause by id or state as rows only', () => {
     expect(holdOf({ tenant: '42' })).toEqual({ consumer: null, dependency: null, tenant: '42', errorClass: null });
     expect(holdOf({ ids: ['1'] })).toBeUndefined();
     expect(holdOf({ dependency: 'carrier', due: true })).toBeUndefined();
-    expect(holdOf({})).toBeUndefined();
+    expect(holdOf({})).toEqual({ consumer: null, dependency: null, tenant: null, errorClass: null });
   });
 });

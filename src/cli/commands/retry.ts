@@ -304,7 +304,8 @@ export const retryPause: Command = {
         return EXIT.ok;
       }
       ctx.out(`Paused ${plural(rows, 'row')}${matching(filter)} ${byActor(options.actor)}.`);
-      if (holds !== undefined) ctx.out(`Rows of ${holds} added later are paused too, until \`warren retry resume ${filterFlags(filter)}\`.`);
+      if (holds === 'every row') ctx.out('Every row added later is paused too, until `warren retry resume --all`.');
+      else if (holds !== undefined) ctx.out(`Rows of ${holds} added later are paused too, until \`warren retry resume ${filterFlags(filter)}\`.`);
       else ctx.out('Rows added later are not paused by this: a pause by consumer, dependency, tenant or error class also holds later rows.');
       return EXIT.ok;
     });

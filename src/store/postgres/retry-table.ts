@@ -166,9 +166,10 @@ export class PostgresRetryTableDriver<C extends PgClient> implements RetryTableD
         detail['dueNow'] = change.dueNow;
         if (change.ownPausesOnly) detail['ownPausesOnly'] = true;
       } else {
-        const p = new Params([change.at]);
-        rows = (await q(`UPDATE ${t.retry} SET next_attempt_at = $1, updated_at = now() WHERE ${whereOf(filter, p)}`, p.values)).rowCount ?? 0;
-        detail['nextAttemptAt'] = change.at === null ? null : change.at.toISOString();
+        const p = new Params(change.at === 'now' ? [] : [change.at]);
+        const at = change.at === 'now' ? 'now()' : '$1::timestamptz';
+        rows = (await q(`UPDATE ${t.retry} SET next_attempt_at = ${at}, updated_at = now() WHERE ${whereOf(filter, p)}`, p.values)).rowCount ?? 0;
+        detail['nextAttemptAt'] = change.at === 'now' ? 'now' : change.at === null ? null : change.at.toISOString();
       }
       await q(`INSERT INTO ${t.retryAudit} (actor, action, filter, detail, rows) VALUES ($1, $2, $3::jsonb, $4::jsonb, $5)`, [actor, change.action, JSON.stringify(filter), JSON.stringify(detail), rows]);
       return rows;

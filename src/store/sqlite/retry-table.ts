@@ -180,8 +180,9 @@ export class SqliteRetryTableDriver<DB extends SqliteDatabase> implements RetryT
         if (change.ownPausesOnly) detail['ownPausesOnly'] = true;
       } else {
         const p = new Params(now);
-        rows = Number(db.prepare(`UPDATE ${t.retry} SET next_attempt_at = ?, updated_at = ? WHERE ${whereOf(filter, p)}`).run(change.at === null ? null : change.at.getTime(), now, ...p.values).changes);
-        detail['nextAttemptAt'] = change.at === null ? null : change.at.toISOString();
+        const at = change.at === 'now' ? now : change.at === null ? null : change.at.getTime();
+        rows = Number(db.prepare(`UPDATE ${t.retry} SET next_attempt_at = ?, updated_at = ? WHERE ${whereOf(filter, p)}`).run(at, now, ...p.values).changes);
+        detail['nextAttemptAt'] = at === null ? null : new Date(at).toISOString();
       }
       this.audit(db, now, actor, change.action, filter, detail, rows);
       return rows;
