@@ -256,7 +256,7 @@ export async function benchRetryTable(): Promise<BenchRow[]> {
     try {
       const paced = await pacedDrain(backend, PACED_ROWS, RATE);
       rows.push({ group: `retry-table drain at ${RATE}/s (${backend.name})`, metric: 'rows/s at the consumer', warren: paced.rate, baseline: RATE, baselineName: 'configured rate', goal: '0.95–1.05' });
-      rows.push({ group: `retry-table drain at ${RATE}/s (${backend.name})`, metric: 'most rows in any 1 s', warren: paced.peak, baseline: RATE + paced.batch, baselineName: 'rate + one batch', goal: '<= 1.00' });
+      rows.push({ group: `retry-table drain at ${RATE}/s (${backend.name})`, metric: 'most rows in any 1 s', warren: paced.peak, baseline: RATE + paced.batch, baselineName: 'rate + one batch', goal: '<= 1.05 (arrival jitter)' });
       // Warm up the JIT, the statements and the file, then measure.
       await drainRate(backend, 500, 'relay');
       await drainRate(backend, 500, 'scheduler');
