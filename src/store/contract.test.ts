@@ -284,10 +284,22 @@ describe.each(BACKENDS)('store contract: %s', (backend) => {
       await guard.run('new-1', 'c', async () => undefined);
       const result = await store.prune({ batchSize: 10 });
       expect(result.markers).toBe(25);
-      // 25 markers in batches of 10: 10, 10, 5; then one empty outbox batch.
-      expect(result.batches).toBe(4);
+      // 25 markers in batches of 10: 10, 10, 5; then one empty outbox batch and one empty history batch.
+      expect(result.batches).toBe(5);
       expect(await guard.run('new-1', 'c', async () => undefined)).toBe('duplicate');
       expect(await guard.run('old-1', 'c', async () => undefined)).toBe('done');
+    });
+
+    it('deletes retry-table history past its own retention (90 days unless set)', async () => {
+      const h = await harness(backend);
+      const store = h.store();
+      await store.retryTable.pause({ tenant: '42' }, { actor: 'alice' });
+      const old = h.backend === 'sqlite' ? Date.now() - 91 * 86_400_000 : new Date(Date.now() - 91 * 86_400_000);
+      await store.transaction((tx) => exec(h.spec, tx, `UPDATE ${store.tables.retryAudit} SET at = ?`, [old]));
+      await store.retryTable.resume({ tenant: '42' }, { actor: 'alice' });
+      expect((await store.prune()).audit).toBe(1);
+      expect((await store.retryTable.history()).map((e) => e.action)).toEqual(['resume']);
+      expect((await store.prune({ auditOlderThanMs: 0 })).audit).toBe(1);
     });
 
     it('deletes sent outbox rows past the retention, never pending or flagged ones', async () => {

@@ -40,7 +40,12 @@ export interface StoreOptions {
    */
   retentionMs?: number;
   /**
-   * How often the store prunes old markers and sent outbox rows in the background,
+   * How long the retry table's history (who paused, resumed, parked what) is kept.
+   * @default 7776000000 (90 days)
+   */
+  auditRetentionMs?: number;
+  /**
+   * How often the store prunes old markers, sent outbox rows and retry-table history in the background,
    * from the first use on; 0 turns the schedule off (call `store.prune()` yourself).
    * @default 3600000 (1 hour)
    */
@@ -159,8 +164,10 @@ export interface Outbox<Tx> {
 
 /** Options of {@link Store.prune}. */
 export interface PruneOptions {
-  /** @default the store's `retentionMs` */
+  /** Markers and sent outbox rows older than this go. @default the store's `retentionMs` */
   olderThanMs?: number;
+  /** Retry-table history older than this goes. @default the store's `auditRetentionMs` */
+  auditOlderThanMs?: number;
   /** @default the store's `pruneBatchSize` */
   batchSize?: number;
 }
@@ -171,6 +178,8 @@ export interface PruneResult {
   readonly markers: number;
   /** Sent outbox rows deleted. */
   readonly outbox: number;
+  /** Retry-table history entries deleted. */
+  readonly audit: number;
   /** DELETE statements run (each a short transaction of at most `batchSize` rows). */
   readonly batches: number;
 }
@@ -208,7 +217,8 @@ export interface Store<Tx> {
   /** A relay that publishes this store's outbox; call `start()` on it. */
   relay(options: OutboxRelayOptions): OutboxRelay;
   /**
-   * Deletes markers and sent outbox rows older than the retention, in batches. The
+   * Deletes markers and sent outbox rows older than the retention, and retry-table
+   * history older than its own retention, in batches. The
    * store also does this on a schedule (`pruneIntervalMs`).
    */
   prune(options?: PruneOptions): Promise<PruneResult>;

@@ -7,6 +7,7 @@ export const STORE_DEFAULTS = {
   tablePrefix: 'warren_',
   migrate: true,
   retentionMs: 7 * 24 * 60 * 60 * 1000,
+  auditRetentionMs: 90 * 24 * 60 * 60 * 1000,
   pruneIntervalMs: 60 * 60 * 1000,
   pruneBatchSize: 500,
 } as const;
@@ -16,6 +17,7 @@ export interface ResolvedStoreOptions {
   readonly tablePrefix: string;
   readonly migrate: boolean;
   readonly retentionMs: number;
+  readonly auditRetentionMs: number;
   readonly pruneIntervalMs: number;
   readonly pruneBatchSize: number;
   readonly logger: Logger;
@@ -48,6 +50,7 @@ export function resolveStoreOptions(options: StoreOptions): ResolvedStoreOptions
     tablePrefix: checkIdentifier(options.tablePrefix ?? STORE_DEFAULTS.tablePrefix, 'tablePrefix', true),
     migrate: options.migrate ?? STORE_DEFAULTS.migrate,
     retentionMs: checkInt(options.retentionMs, STORE_DEFAULTS.retentionMs, 'retentionMs', 0, Number.MAX_SAFE_INTEGER),
+    auditRetentionMs: checkInt(options.auditRetentionMs, STORE_DEFAULTS.auditRetentionMs, 'auditRetentionMs', 0, Number.MAX_SAFE_INTEGER),
     pruneIntervalMs: checkInt(options.pruneIntervalMs, STORE_DEFAULTS.pruneIntervalMs, 'pruneIntervalMs', 0, 2 ** 31 - 1),
     pruneBatchSize: checkInt(options.pruneBatchSize, STORE_DEFAULTS.pruneBatchSize, 'pruneBatchSize', 1, 100_000),
     logger: options.logger ?? silentLogger,

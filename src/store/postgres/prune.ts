@@ -12,10 +12,11 @@ export class PostgresPruneDriver<C extends PgClient> implements PruneDriver {
 
   pruneBatch(table: PruneTable, before: Date, limit: number): Promise<number> {
     const t = this.store.tables;
-    const sql =
-      table === 'markers'
-        ? `DELETE FROM ${t.processed} WHERE (message_id, consumer) IN (SELECT message_id, consumer FROM ${t.processed} WHERE processed_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`
-        : `DELETE FROM ${t.outbox} WHERE id IN (SELECT id FROM ${t.outbox} WHERE sent_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`;
+    const sql = {
+      markers: `DELETE FROM ${t.processed} WHERE (message_id, consumer) IN (SELECT message_id, consumer FROM ${t.processed} WHERE processed_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+      outbox: `DELETE FROM ${t.outbox} WHERE id IN (SELECT id FROM ${t.outbox} WHERE sent_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+      audit: `DELETE FROM ${t.retryAudit} WHERE id IN (SELECT id FROM ${t.retryAudit} WHERE at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+    }[table];
     return this.store.withClient(async (client) => (await this.store.query(client, sql, [before, limit], 'prune old rows')).rowCount ?? 0, 'prune old rows');
   }
 }
