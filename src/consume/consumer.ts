@@ -14,7 +14,7 @@ import { readAttempts } from '../retry/attempts.js';
 import { decideRetry } from '../retry/ladder.js';
 import { uuidv7 } from '../publish/message-id.js';
 import { checkPolicy, decideWait, DEFAULT_WAIT_ATTEMPTS, isWaitForCondition, recordedFailure, type RetryTablePolicy, type WaitDecision } from '../retry-table/wait.js';
-import type { RetryRowInput } from '../retry-table/types.js';
+import { retryRow } from '../retry-table/row.js';
 import { classifyFailure } from './classify.js';
 import { formatIssues } from './schema.js';
 import type { ConsumerOptions, ConsumerStats, Handler, MessageContext, Outcome } from './types.js';
@@ -502,42 +502,22 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       await this.park(d, headers, 'max-attempts', recorded, failed + 1);
       return;
     }
-    const now = new Date();
-    const failure = describeFailure(recorded);
-    const kept: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(headers)) if (!/^x-(death|first-death|last-death)/.test(k)) kept[k] = v;
-    const next: Record<string, unknown> = {
-      ...kept,
-      ...this.origin(d, headers),
-      ...failureHeaders(failure, headers, now),
-      [HEADER.waits]: waits,
-      [HEADER.consumer]: this.name,
-      [HEADER.dependency]: decision.dependency,
-    };
-    if (decision.tenant !== null) next[HEADER.tenant] = decision.tenant;
-    else delete next[HEADER.tenant];
-    const p = d.msg.properties;
-    const stored: Record<string, unknown> = { contentType: p.contentType ?? 'application/json', timestamp: p.timestamp ?? Math.floor(now.getTime() / 1000), headers: next };
-    if (p.correlationId !== undefined) stored['correlationId'] = p.correlationId;
-    if (p.type !== undefined) stored['type'] = p.type;
     const origin = this.origin(d, headers);
-    const row: RetryRowInput = {
+    const row = retryRow({
       messageId: messageId !== undefined && messageId !== '' ? messageId : uuidv7(),
-      correlationId: typeof p.correlationId === 'string' ? p.correlationId : null,
+      content: d.msg.content,
+      properties: d.msg.properties,
+      headers,
+      exchange: origin[HEADER.exchange] as string,
+      routingKey: origin[HEADER.routingKey] as string,
       consumer: this.name,
       queue: this.declaration.queue,
       parkedQueue: this.declaration.parkedQueue,
-      exchange: origin[HEADER.exchange] as string,
-      routingKey: origin[HEADER.routingKey] as string,
-      content: d.msg.content.toString('utf8'),
-      properties: JSON.stringify(stored),
-      attempt: waits,
-      nextAttemptAt: decision.nextAttemptAt,
-      lastError: failure.message,
-      errorClass: failure.errorClass,
-      dependency: decision.dependency,
-      tenant: decision.tenant,
-    };
+      waits,
+      failure: describeFailure(recorded),
+      decision,
+      now: new Date(),
+    });
     const holdUntil = Date.now() + this.storeOutageHoldMs;
     let stored_: { id: string; paused: boolean };
     for (let attempt = 1; ; attempt++) {
@@ -552,8 +532,15 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
           await new Promise((r) => setTimeout(r, Math.min(backoffDelay(attempt, 100, 5000), Math.max(1, holdUntil - Date.now()))));
           continue;
         }
-        this.logger.error('could not store the message in the retry table; it goes to the first retry tier (no attempt counted) and will ask again', { consumer: this.name, messageId, error: e instanceof Error ? e.message : String(e) });
-        await this.retry(d, headers, error, failed, { countAttempt: false, tier: 0 });
+        if (outage) {
+          this.logger.error('database still unavailable; the message goes round the first retry tier (no attempt counted) and will ask again', { consumer: this.name, messageId, error: e.message });
+          await this.retry(d, headers, error, failed, { countAttempt: false, tier: 0 });
+          return;
+        }
+        // Not an outage: the same insert would fail again. The ladder takes the message,
+        // counting the attempt, so it is parked at the cap rather than going round forever.
+        this.logger.error('could not store the message in the retry table; the retry ladder takes it', { consumer: this.name, messageId, error: e instanceof Error ? e.message : String(e) });
+        await this.retry(d, headers, error, failed, { countAttempt: true });
         return;
       }
     }

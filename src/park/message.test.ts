@@ -74,8 +74,12 @@ describe('toParkedMessage', () => {
 describe('replayHeaders', () => {
   it('resets the attempt count, records the replay and keeps the original routing key', () => {
     const now = new Date('2026-03-02T09:00:00Z');
-    const h = replayHeaders(parked({ ...warrenParked, [HEADER.replays]: 1 }), now);
+    const h = replayHeaders(parked({ ...warrenParked, [HEADER.replays]: 1, [HEADER.waits]: 20, [HEADER.dependency]: 'carrier', [HEADER.tenant]: '42' }), now);
     expect(h[HEADER.attempts]).toBeUndefined();
+    // Parked at the retry table's cap: a replay gets its waits back too.
+    expect(h[HEADER.waits]).toBeUndefined();
+    expect(h[HEADER.dependency]).toBeUndefined();
+    expect(h[HEADER.tenant]).toBeUndefined();
     expect(h[HEADER.redeliveries]).toBeUndefined();
     // The consumer reads x-death as a fallback count; left in place it would park the copy at once.
     expect(h['x-death']).toBeUndefined();

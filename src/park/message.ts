@@ -260,11 +260,13 @@ export function attemptHistory(m: ParkedMessage): HistoryEntry[] {
 }
 
 /** Headers the broker writes for its own bookkeeping; a copy published by a client must not carry them. */
-const BROKER_HEADERS = ['x-death', 'x-first-death-queue', 'x-first-death-reason', 'x-first-death-exchange', 'x-last-death-queue', 'x-last-death-reason', 'x-last-death-exchange', 'x-delivery-count'];
+/** Headers the broker writes: a replayed copy or a retry-table row must not carry them. */
+export const BROKER_HEADERS = ['x-death', 'x-first-death-queue', 'x-first-death-reason', 'x-first-death-exchange', 'x-last-death-queue', 'x-last-death-reason', 'x-last-death-exchange', 'x-delivery-count'];
 
 /**
- * The headers of a replayed copy. Pure. The attempt count starts again: `warren-attempts`
- * and `warren-redeliveries` are removed, and so is the broker's `x-death` record, which the
+ * The headers of a replayed copy. Pure. The attempt count starts again: `warren-attempts`,
+ * `warren-redeliveries` and the retry table's `warren-waits` (with the dependency and
+ * tenant it waited for) are removed, and so is the broker's `x-death` record, which the
  * consumer would otherwise read as a fallback count and park the message again at once.
  * `warren-replays` is incremented and `warren-replayed-at` set; the original exchange and
  * routing key stay in `warren-exchange` and `warren-routing-key` (written from the
@@ -273,8 +275,7 @@ const BROKER_HEADERS = ['x-death', 'x-first-death-queue', 'x-first-death-reason'
 export function replayHeaders(m: ParkedMessage, now: Date): Record<string, unknown> {
   const headers: Record<string, unknown> = { ...m.headers };
   for (const h of BROKER_HEADERS) delete headers[h];
-  delete headers[HEADER.attempts];
-  delete headers[HEADER.redeliveries];
+  for (const h of [HEADER.attempts, HEADER.redeliveries, HEADER.waits, HEADER.dependency, HEADER.tenant]) delete headers[h];
   headers[HEADER.routingKey] = m.routingKey;
   if (m.exchange !== undefined) headers[HEADER.exchange] = m.exchange;
   headers[HEADER.replays] = m.replays + 1;

@@ -31,7 +31,9 @@ export function checkFilter(filter: RetryFilter | undefined, option = 'filter'):
   if (filter.ids !== undefined) {
     if (!Array.isArray(filter.ids) || filter.ids.length === 0) throw new InvalidOptionError(`${option}.ids`, 'expected a non-empty list of row ids');
     for (const id of filter.ids) {
-      if (typeof id !== 'string' || !/^[1-9][0-9]{0,18}$/.test(id)) throw new InvalidOptionError(`${option}.ids`, `${JSON.stringify(id)} is not a row id (a positive whole number, as a string)`);
+      if (typeof id !== 'string' || !/^[1-9][0-9]{0,18}$/.test(id) || BigInt(id) > 9223372036854775807n) {
+        throw new InvalidOptionError(`${option}.ids`, `${JSON.stringify(id)} is not a row id (a positive whole number, as a string)`);
+      }
     }
     out.ids = Object.freeze([...new Set(filter.ids)]);
   }
@@ -100,13 +102,14 @@ export function holdMatches(hold: string, row: { consumer: string; dependency: s
   ].join(' AND ');
 }
 
-/** Holds a resume with this filter lifts: those naming every text field the filter gives (all holds for an empty filter). */
+/**
+ * The hold a resume with this filter lifts: the one a pause with the same filter made
+ * (every column equal, `''` for a field not given), so lifting a dependency's pause
+ * leaves a narrower pause of one of its tenants in force. Undefined for a resume by id
+ * or state, which lifts no hold.
+ */
 export function liftedHoldsWhere(filter: RetryFilter, w: SqlWriter, alias = ''): string | undefined {
-  if (filter.ids !== undefined || filter.paused !== undefined || filter.due !== undefined) return undefined;
-  const parts: string[] = [];
-  for (const key of TEXT_FIELDS) {
-    const v = filter[key];
-    if (v !== undefined) parts.push(`${col(alias, COLUMN[key])} = ${w.param(v)}`);
-  }
-  return parts.length === 0 ? '1 = 1' : parts.join(' AND ');
+  const hold = holdOf(filter);
+  if (hold === undefined) return undefined;
+  return TEXT_FIELDS.map((key) => `${col(alias, COLUMN[key])} = ${w.param(hold[key] ?? '')}`).join(' AND ');
 }

@@ -107,6 +107,41 @@ describe.each(BACKENDS)('health checks: %s', (backend) => {
     expect((await table.holds()).map((x) => x.actor)).toEqual(['alice']);
   });
 
+  it('pauses again when its pause was lifted elsewhere while the check still fails', async () => {
+    const h = await harness(backend);
+    const table = h.store().retryTable;
+    await table.insert(row('a', new Date()));
+    const monitor = table.health({ carrier: () => false }, { intervalMs: 10, failuresToPause: 2 });
+    await monitor.start();
+    onTeardown(() => monitor.stop());
+    await waitFor(() => monitor.stats.paused === 1, 'the first pause');
+    // An operator (or another process's monitor) lifts it while the carrier is still down.
+    await table.resume({ dependency: 'carrier' }, { actor: 'alice' });
+    await waitFor(() => monitor.stats.paused === 2, 'the monitor to pause again');
+    expect(await table.count({ paused: true })).toBe(1);
+    expect((await table.insert(row('b', new Date()))).paused).toBe(true);
+  });
+
+  it('a scheduler stopped while it starts leaves no check, loop or relay running', async () => {
+    const h = await harness(backend);
+    const store = h.store();
+    let checks = 0;
+    const scheduler = store.retryTable.scheduler({
+      publisher: { send: async () => undefined },
+      exchange: 'e',
+      checks: { carrier: () => void checks++ },
+      health: { intervalMs: 10 },
+      pollMs: 10,
+    });
+    const starting = scheduler.start();
+    await scheduler.stop();
+    await starting;
+    await new Promise((r) => setTimeout(r, 200));
+    expect(checks).toBe(0);
+    expect(scheduler.started).toBe(false);
+    expect(scheduler.stats.passes).toBe(0);
+  });
+
   it('refuses checks it cannot run', async () => {
     const h = await harness(backend);
     const table = h.store().retryTable;

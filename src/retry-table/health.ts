@@ -112,6 +112,8 @@ export class HealthMonitor extends EventEmitter {
   private readonly checks: Check[] = [];
   private readonly logger: Logger;
   private running = false;
+  /** False until the pauses in force were read, so each check knows whether its dependency is paused. */
+  private synced = false;
 
   constructor(
     private readonly table: RetryTable,
@@ -160,15 +162,19 @@ export class HealthMonitor extends EventEmitter {
   async start(): Promise<void> {
     if (this.running) return;
     this.running = true;
+    await this.sync();
+    for (const c of this.checks) this.schedule(c, 0);
+  }
+
+  /** Reads which dependencies a health check holds paused; tried again by each check until it works. */
+  private async sync(): Promise<void> {
     try {
       const holds = await this.table.holds();
-      for (const c of this.checks) {
-        c.state.paused = holds.some((h) => h.dependency === c.dependency && h.actor === actorOf(c.dependency) && h.consumer === null && h.tenant === null && h.errorClass === null);
-      }
+      for (const c of this.checks) c.state.paused = holds.some((h) => isOwnHold(h, c.dependency));
+      this.synced = true;
     } catch (error) {
-      this.logger.warn('health checks could not read the pauses in force; a dependency paused before is resumed only after its next pause', { error: error instanceof Error ? error.message : String(error) });
+      this.logger.warn('health checks could not read the pauses in force; trying again at the next check', { error: error instanceof Error ? error.message : String(error) });
     }
-    for (const c of this.checks) this.schedule(c, 0);
   }
 
   /** Stops checking and waits for checks in progress. */
@@ -227,7 +233,14 @@ export class HealthMonitor extends EventEmitter {
       c.state.consecutiveFailures = 0;
     }
     this.emit('check', { ...c.state });
+    if (!this.synced) await this.sync();
     try {
+      if (failure !== undefined && c.state.paused && c.state.consecutiveFailures >= c.failuresToPause) {
+        // Still failing: make sure the pause is still there (an operator's resume, or another
+        // process's monitor, may have lifted it); if not, pause again.
+        const holds = await this.table.holds();
+        if (!holds.some((h) => isOwnHold(h, c.dependency))) c.state.paused = false;
+      }
       if (failure !== undefined && !c.state.paused && c.state.consecutiveFailures >= c.failuresToPause) {
         const rows = await this.table.pause({ dependency: c.dependency }, { actor: actorOf(c.dependency), allowUnknown: true });
         c.state.paused = true;
@@ -251,4 +264,9 @@ export class HealthMonitor extends EventEmitter {
 /** The audit actor of a health check. */
 export function actorOf(dependency: string): string {
   return `health-check:${dependency}`;
+}
+
+/** The hold a health check keeps on its dependency. */
+function isOwnHold(h: { consumer: string | null; dependency: string | null; tenant: string | null; errorClass: string | null; actor: string }, dependency: string): boolean {
+  return h.dependency === dependency && h.actor === actorOf(dependency) && h.consumer === null && h.tenant === null && h.errorClass === null;
 }

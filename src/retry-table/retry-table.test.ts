@@ -36,13 +36,15 @@ async function allOnce(spec: StoreSpec, store: AnyStore, ids: readonly string[])
   expect([...effects.values()].filter((n) => n !== 1)).toEqual([]);
 }
 
-/** The most messages seen in any window of `windowMs`. */
-function peak(times: readonly number[], windowMs: number): number {
+/** The most rows moved in any window of `windowMs`, from `[time, rows]` records. */
+function peak(moves: ReadonlyArray<readonly [number, number]>, windowMs: number): number {
   let best = 0;
   let start = 0;
-  for (let end = 0; end < times.length; end++) {
-    while ((times[end] as number) - (times[start] as number) > windowMs) start++;
-    best = Math.max(best, end - start + 1);
+  let sum = 0;
+  for (let end = 0; end < moves.length; end++) {
+    sum += (moves[end] as readonly [number, number])[1];
+    while ((moves[end] as readonly [number, number])[0] - (moves[start] as readonly [number, number])[0] > windowMs) sum -= (moves[start++] as readonly [number, number])[1];
+    best = Math.max(best, sum);
   }
   return best;
 }
@@ -55,14 +57,12 @@ describe.each(BACKENDS)('retry table with a broker: %s', (backend) => {
     const { topology, consumer: name } = setup();
     const warren = await connectWarren(topology);
     const carrier = { up: false, calls: 0 };
-    const okTimes: number[] = [];
     const consumer = await warren.consume(
       name,
       async (_p: unknown, ctx) => {
         carrier.calls++;
         if (!carrier.up) throw new CarrierDownError('carrier answered 503');
         await bumpEffect(h.spec, ctx.tx, ctx.messageId as string);
-        okTimes.push(performance.now());
       },
       { idempotency: store.idempotency(), prefetch: 50, concurrency: 10, retryTable: { table: store.retryTable, rules: [{ when: CarrierDownError, dependency: 'carrier' }], delayMs: 100 } },
     );
@@ -76,6 +76,8 @@ describe.each(BACKENDS)('retry table with a broker: %s', (backend) => {
       checks: { carrier: () => carrier.up },
       health: { intervalMs: 20, failuresToPause: 3 },
     });
+    const moves: Array<[number, number]> = [];
+    scheduler.on('drained', (e: { rows: number }) => moves.push([performance.now(), e.rows]));
     await scheduler.start();
     const health = scheduler.health;
     if (!health) throw new Error('the scheduler runs the checks');
@@ -96,8 +98,10 @@ describe.each(BACKENDS)('retry table with a broker: %s', (backend) => {
     expect(health.stats.resumed).toBe(1);
     expect(await table.count()).toBe(0);
     await allOnce(h.spec, store, ids);
-    // A steady stream, never a burst: no second holds more than the rate and one batch.
-    expect(peak(okTimes, 1000)).toBeLessThanOrEqual(RATE + scheduler.batchSize + 5);
+    // A steady stream, never a burst: no second of the drain sends more than the rate and
+    // one batch (plus the one row of credit a late timer keeps). Arrival times at the
+    // consumer are measured by the benchmark; here what is tested is what the scheduler does.
+    expect(peak(moves, 1000)).toBeLessThanOrEqual(RATE + scheduler.batchSize + 1);
     const history = await table.history();
     expect(history.filter((e) => e.actor === 'health-check:carrier').map((e) => e.action)).toEqual(['resume', 'pause']);
     await scheduler.stop();
@@ -317,6 +321,33 @@ describe.each(BACKENDS)('retry table with a broker: %s', (backend) => {
     });
     expect(await store.retryTable.count()).toBe(0);
     await scheduler.stop();
+  });
+
+  it('stores a failure whose text the database would refuse (NUL, a lone surrogate), replacing those characters', async () => {
+    const h = await harness(backend);
+    const store = h.store();
+    const { topology, consumer: name } = setup();
+    const warren = await connectWarren(topology);
+    const consumer = await warren.consume(name, () => Promise.reject(new WaitForConditionError('carrier', { retryAt: null, cause: new Error('bad body: \u0000 and \ud800') })), {
+      retryTable: { table: store.retryTable },
+    });
+    await warren.publish('order.created', {}, { headers: { note: 'a\u0000b' } });
+    await waitFor(() => consumer.stats.waiting === 1, 'the row stored');
+    const [stored] = await store.retryTable.list();
+    expect(stored?.lastError).toBe('bad body: \ufffd and \ufffd');
+    expect(stored?.headers['note']).toBe('a\ufffdb');
+  });
+
+  it('when the table cannot take the row (not an outage), the ladder takes the message, counting attempts, and parks it at the cap', async () => {
+    const h = await harness(backend);
+    // A store whose tables were never created, and that may not create them.
+    const store = h.store({ migrate: false });
+    const { topology, consumer: name } = setup();
+    const warren = await connectWarren(topology);
+    const consumer = await warren.consume(name, () => Promise.reject(new WaitForConditionError('carrier')), { retryTable: { table: store.retryTable } });
+    await warren.publish('order.created', {});
+    await waitFor(() => consumer.stats.parked === 1, 'the message parked at the ladder cap', 15_000);
+    expect(consumer.stats).toMatchObject({ retried: 2, waiting: 0 });
   });
 
   it('operator park sends rows to the parked queue through the outbox, with the reason', async () => {

@@ -65,6 +65,9 @@ export interface SchedulerStats {
   failures: number;
 }
 
+/** The longest delay setTimeout takes (a longer one fires at once). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 function positiveInt(value: number | undefined, fallback: number, option: string, max: number): number {
   const v = value ?? fallback;
   if (typeof v !== 'number' || !Number.isInteger(v) || v < 1 || v > max) throw new InvalidOptionError(option, `${JSON.stringify(v)} is not a whole number from 1 to ${max}`);
@@ -151,7 +154,13 @@ export class RetryScheduler extends EventEmitter {
     this.table.on('changed', this.onChanged);
     this.relay?.on('pass', this.onRelayPass);
     await this.relay?.start();
-    await this.health?.start();
+    // stop() may have been called while the relay started: start nothing more.
+    if (this.running) await this.health?.start();
+    if (!this.running) {
+      await this.health?.stop();
+      await this.relay?.stop();
+      return;
+    }
     this.loopDone = this.loop();
   }
 
@@ -217,14 +226,17 @@ export class RetryScheduler extends EventEmitter {
     // never more than one batch behind now, so an idle scheduler bursts one batch at most.
     const interval = rate === Infinity ? 0 : 1000 / rate;
     const burst = this.batchSize * interval;
+    // One interval of credit beyond the batch keeps a late timer's lateness from being lost
+    // (with batches of one row, every late wake-up would otherwise slow the stream).
+    const credit = burst + interval;
     let tat = performance.now() - burst;
     let failures = 0;
     while (this.running) {
       const now = performance.now();
-      if (tat < now - burst) tat = now - burst;
+      if (tat < now - credit) tat = now - credit;
       const want = rate === Infinity ? this.batchSize : Math.min(this.batchSize, Math.floor((now - tat) / interval + 1e-9));
       if (want < 1) {
-        await this.pause(Math.max(1, Math.ceil(tat + interval - now)), false);
+        await this.pause(Math.min(MAX_TIMER_MS, Math.max(1, Math.ceil(tat + interval - now))), false);
         continue;
       }
       let result: DrainResult;
@@ -242,13 +254,13 @@ export class RetryScheduler extends EventEmitter {
       tat += result.moved * interval;
       if (result.full) {
         // The outbox holds its bound of unsent rows: wait for the relay (its passes wake us).
-        await this.pause(Math.min(this.pollMs, 50), true);
+        await this.pause(this.pollMs, true);
       } else if (result.moved < want) {
         // Nothing more is due: look again later (a resume in this process wakes us).
         await this.pause(this.pollMs, true);
       } else if (rate !== Infinity) {
         // Wait until a whole batch is allowed.
-        await this.pause(Math.max(1, Math.ceil(tat + burst - performance.now())), false);
+        await this.pause(Math.min(MAX_TIMER_MS, Math.max(1, Math.ceil(tat + burst - performance.now()))), false);
       }
     }
   }

@@ -102,6 +102,67 @@ describe.each(BACKENDS)('retry table: %s', (backend) => {
     expect(await t.holds()).toMatchObject([{ tenant: '42', actor: 'alice' }]);
   });
 
+  it("a resume lifts only the pause with the same filter, and a health check's resume leaves rows paused by hand", async () => {
+    const h = await harness(backend);
+    const t = h.store().retryTable;
+    const byHand = await t.insert(row({ nextAttemptAt: new Date(Date.now() + 86_400_000) }));
+    await t.insert(row({ tenant: '42' }));
+    await t.insert(row());
+    await t.pause({ ids: [byHand.id] }, { actor: 'alice' });
+    await t.pause({ dependency: 'carrier', tenant: '42' }, { actor: 'alice' });
+    await t.pause({ dependency: 'carrier' }, { actor: 'health-check:carrier' });
+    expect(await t.count({ paused: true })).toBe(3);
+    expect(await t.resume({ dependency: 'carrier' }, { actor: 'health-check:carrier', ownPausesOnly: true, dueNow: true })).toBe(1);
+    // Alice's pause of tenant 42 (narrower) and her pause of one row by id both stand.
+    expect((await t.holds()).map((x) => `${x.actor} ${x.dependency} ${x.tenant}`)).toEqual(['alice carrier 42']);
+    const [kept] = await t.list({ ids: [byHand.id] });
+    expect(kept).toMatchObject({ paused: true });
+    expect(kept?.nextAttemptAt?.getTime()).toBeGreaterThan(Date.now() + 3_600_000);
+    // A person's resume by dependency unpauses the row paused by hand; the tenant's pause still holds.
+    expect(await t.resume({ dependency: 'carrier' }, { actor: 'alice' })).toBe(2);
+    expect((await t.list({ paused: true })).map((r) => r.tenant)).toEqual(['42']);
+  });
+
+  it('pauses and resumes racing with inserts leave no row paused without a pause, and none free under one', async () => {
+    const h = await harness(backend);
+    const t = h.store().retryTable;
+    const other = h.store().retryTable;
+    await t.insert(row());
+    let stop = false;
+    // Each writer yields between inserts, as consumers do between deliveries (a SQLite
+    // store's writes never wait on I/O, so a tight loop would starve the timers).
+    const writers = Array.from({ length: 6 }, async () => {
+      while (!stop) {
+        await other.insert(row({ nextAttemptAt: null }));
+        await new Promise((r) => setImmediate(r));
+      }
+    });
+    try {
+      for (let i = 0; i < 15; i++) {
+        await t.pause({ dependency: 'carrier' }, { actor: 'op' });
+        expect(await t.count({ dependency: 'carrier', paused: false })).toBe(0);
+        await t.resume({ dependency: 'carrier' }, { actor: 'op' });
+      }
+    } finally {
+      stop = true;
+      await Promise.all(writers);
+    }
+    expect(await t.holds()).toEqual([]);
+    expect(await t.count({ paused: true })).toBe(0);
+    // The writers took part.
+    expect(await t.count()).toBeGreaterThan(1);
+  });
+
+  it('a redelivered duplicate keeps the schedule an operator set', async () => {
+    const h = await harness(backend);
+    const t = h.store().retryTable;
+    const first = row();
+    const { id } = await t.insert(first);
+    await t.schedule({ ids: [id] }, null, { actor: 'alice' });
+    await t.insert({ ...first, attempt: 1 });
+    expect((await t.list({ ids: [id] }))[0]?.nextAttemptAt).toBeNull();
+  });
+
   it('sets the next attempt: a time, none, now; a time in the past is now', async () => {
     const h = await harness(backend);
     const t = h.store().retryTable;
@@ -177,6 +238,8 @@ describe.each(BACKENDS)('retry table: %s', (backend) => {
     expect(String(unknown)).toMatch(/Known: carrier, tax/);
     expect(await t.pause({ dependency: 'ledger' }, { allowUnknown: true })).toBe(0);
     await expect(t.list({ ids: ['x'] })).rejects.toThrow(InvalidOptionError);
+    await expect(t.list({ ids: ['9999999999999999999'] })).rejects.toThrow(/not a row id/);
+    expect(await t.count({ ids: ['9223372036854775807'] })).toBe(0);
     await expect(t.count({ colour: 'red' } as never)).rejects.toThrow(/colour/);
     expect(() => t.scheduler({ publisher: { send: async () => undefined }, exchange: 'e', ratePerSecond: -5 })).toThrow(/ratePerSecond.*-5/);
     await expect(t.schedule({}, 'tomorrow' as never)).rejects.toThrow(/'now', a valid Date or null/);

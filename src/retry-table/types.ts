@@ -96,7 +96,7 @@ export interface RetryAuditEntry {
   readonly actor: string;
   readonly action: RetryAction;
   readonly filter: RetryFilter;
-  /** For `schedule`: the next attempt set (ISO time, or null). For `resume`: whether rows were made due now. */
+  /** For `schedule`: the next attempt set (ISO time; null for none). For `resume`: whether rows were made due now, pauses lifted. For `pause`: whether it holds later rows. */
   readonly detail: Readonly<Record<string, unknown>>;
   /** Rows the change touched. */
   readonly rows: number;

@@ -17,8 +17,9 @@ export interface WaitOptions {
   /** Tenant the message belongs to, so an operator can hold one tenant's rows. */
   tenant?: string;
   /**
-   * Earliest next attempt. `null`: none; the row waits until a health check or an
-   * operator sets one. A time in the past means now.
+   * Earliest next attempt. `null`: none; the row waits until an operator sets one, or
+   * until the dependency's health check, having paused it, resumes it. A time in the
+   * past means now.
    * @default now + the policy's `delayMs`
    */
   retryAt?: Date | null;

@@ -198,7 +198,13 @@ export class OutboxRelay extends EventEmitter {
   async start(): Promise<void> {
     if (this.running) return;
     this.running = true;
-    this.unsubscribe = await this.driver.subscribe(() => this.wake(), this.logger);
+    const unsubscribe = await this.driver.subscribe(() => this.wake(), this.logger);
+    if (!this.running) {
+      // stop() was called while subscribing: it had nothing to unsubscribe yet.
+      await unsubscribe().catch(() => undefined);
+      return;
+    }
+    this.unsubscribe = unsubscribe;
     this.loopDone = this.loop();
   }
 

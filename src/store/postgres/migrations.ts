@@ -44,7 +44,8 @@ export const MIGRATIONS: readonly Migration[] = [
   {
     version: 2,
     name: 'retry table',
-    // Holds store '' for "any" so that their primary key can hold every column.
+    // Holds store '' for "any" so that their primary key can hold every column. A row is
+    // paused by a hold that matches it, or by hand (by id or state: `paused_manually`).
     statements: (t, p) => [
       `CREATE TABLE ${t.retry} (
         id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -64,6 +65,7 @@ export const MIGRATIONS: readonly Migration[] = [
         dependency text NOT NULL,
         tenant text,
         paused boolean NOT NULL DEFAULT false,
+        paused_manually boolean NOT NULL DEFAULT false,
         created_at timestamptz NOT NULL DEFAULT now(),
         updated_at timestamptz NOT NULL DEFAULT now(),
         UNIQUE (consumer, message_id)

@@ -84,6 +84,17 @@ export class PostgresRetryTableDriver<C extends PgClient> implements RetryTableD
 
   constructor(private readonly store: PostgresInternals<C>) {}
 
+  /**
+   * The lock that orders inserts against pauses and resumes: an insert holds it shared
+   * while it reads the holds and writes its row; a pause or resume holds it alone. Without
+   * it, under READ COMMITTED, a row inserted during a resume could stay paused with no
+   * hold left to lift it, or one inserted during a pause could escape it.
+   */
+  private holdsLock(mode: 'shared' | 'exclusive'): string {
+    const key = `warren.retry-holds:${this.store.tables.retryHolds}`.replace(/'/g, "''");
+    return `SELECT pg_advisory_xact_lock${mode === 'shared' ? '_shared' : ''}(hashtextextended('${key}', 0))`;
+  }
+
   private read<R>(sql: string, values: unknown[], doing: string): Promise<R[]> {
     return this.store.withClient(async (c) => (await this.store.query<R>(c, sql, values, doing)).rows, doing);
   }
@@ -94,7 +105,7 @@ export class PostgresRetryTableDriver<C extends PgClient> implements RetryTableD
     const sql = `INSERT INTO ${t.retry} AS r (message_id, correlation_id, consumer, queue, parked_queue, exchange, routing_key, content, properties, attempt, next_attempt_at, last_error, error_class, dependency, tenant, paused)
       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, $11, $12, $13, $14, $15, EXISTS (SELECT 1 FROM ${t.retryHolds} AS h WHERE ${held}))
       ON CONFLICT (consumer, message_id) DO UPDATE SET
-        attempt = greatest(r.attempt, excluded.attempt), next_attempt_at = excluded.next_attempt_at, last_error = excluded.last_error, error_class = excluded.error_class,
+        attempt = greatest(r.attempt, excluded.attempt), last_error = excluded.last_error, error_class = excluded.error_class,
         dependency = excluded.dependency, tenant = excluded.tenant, content = excluded.content, properties = excluded.properties,
         paused = r.paused OR excluded.paused, updated_at = now()
       RETURNING id::text AS id, paused`;
@@ -115,7 +126,11 @@ export class PostgresRetryTableDriver<C extends PgClient> implements RetryTableD
       row.dependency,
       row.tenant,
     ];
-    const [got] = await this.read<{ id: string; paused: boolean }>(sql, values, 'add a retry-table row');
+    const got = await this.store.transaction(
+      async (client) => (await this.store.query<{ id: string; paused: boolean }>(client, sql, values, 'add a retry-table row')).rows[0],
+      'add a retry-table row',
+      this.holdsLock('shared'),
+    );
     return { id: String(got?.id), paused: got?.paused === true };
   }
 
@@ -140,8 +155,10 @@ export class PostgresRetryTableDriver<C extends PgClient> implements RetryTableD
       const detail: Record<string, unknown> = {};
       if (change.action === 'pause') {
         const p = new Params();
-        rows = (await q(`UPDATE ${t.retry} SET paused = true, updated_at = now() WHERE ${whereOf(filter, p)}`, p.values)).rowCount ?? 0;
         const hold = holdOf(filter);
+        // A pause by id or state is by hand: only a resume by a person lifts it.
+        const manual = hold === undefined ? ', paused_manually = true' : '';
+        rows = (await q(`UPDATE ${t.retry} SET paused = true${manual}, updated_at = now() WHERE ${whereOf(filter, p)}`, p.values)).rowCount ?? 0;
         detail['hold'] = hold !== undefined;
         if (hold) {
           await q(`INSERT INTO ${t.retryHolds} (consumer, dependency, tenant, error_class, actor) VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`, [
@@ -161,7 +178,9 @@ export class PostgresRetryTableDriver<C extends PgClient> implements RetryTableD
         }
         const p = new Params();
         const due = change.dueNow ? `, next_attempt_at = CASE WHEN r.next_attempt_at IS NULL OR r.next_attempt_at > now() THEN now() ELSE r.next_attempt_at END` : '';
-        const sql = `UPDATE ${t.retry} AS r SET paused = false, updated_at = now()${due} WHERE ${whereOf(filter, p, 'r')} AND NOT EXISTS (SELECT 1 FROM ${t.retryHolds} AS h WHERE ${holdMatches('h', ROW_HOLD)})`;
+        // Rows another hold still covers stay paused; a health check leaves rows paused by hand alone.
+        const manual = change.ownPausesOnly ? ' AND NOT r.paused_manually' : '';
+        const sql = `UPDATE ${t.retry} AS r SET paused = false, paused_manually = false, updated_at = now()${due} WHERE ${whereOf(filter, p, 'r')}${manual} AND NOT EXISTS (SELECT 1 FROM ${t.retryHolds} AS h WHERE ${holdMatches('h', ROW_HOLD)})`;
         rows = (await q(sql, p.values)).rowCount ?? 0;
         detail['dueNow'] = change.dueNow;
         if (change.ownPausesOnly) detail['ownPausesOnly'] = true;
@@ -169,11 +188,11 @@ export class PostgresRetryTableDriver<C extends PgClient> implements RetryTableD
         const p = new Params(change.at === 'now' ? [] : [change.at]);
         const at = change.at === 'now' ? 'now()' : '$1::timestamptz';
         rows = (await q(`UPDATE ${t.retry} SET next_attempt_at = ${at}, updated_at = now() WHERE ${whereOf(filter, p)}`, p.values)).rowCount ?? 0;
-        detail['nextAttemptAt'] = change.at === 'now' ? 'now' : change.at === null ? null : change.at.toISOString();
+        detail['nextAttemptAt'] = change.at === 'now' ? new Date().toISOString() : change.at === null ? null : change.at.toISOString();
       }
       await q(`INSERT INTO ${t.retryAudit} (actor, action, filter, detail, rows) VALUES ($1, $2, $3::jsonb, $4::jsonb, $5)`, [actor, change.action, JSON.stringify(filter), JSON.stringify(detail), rows]);
       return rows;
-    }, `${change.action} retry-table rows`);
+    }, `${change.action} retry-table rows`, change.action === 'schedule' ? undefined : this.holdsLock('exclusive'));
   }
 
   park(filter: RetryFilter, actor: string, headers: Readonly<Record<string, unknown>>): Promise<number> {

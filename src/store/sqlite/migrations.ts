@@ -46,7 +46,8 @@ export const MIGRATIONS: readonly Migration[] = [
   {
     version: 2,
     name: 'retry table',
-    // Holds store '' for "any" so that their primary key can hold every column.
+    // Holds store '' for "any" so that their primary key can hold every column. A row is
+    // paused by a hold that matches it, or by hand (by id or state: `paused_manually`).
     statements: (t, p) => [
       `CREATE TABLE ${t.retry} (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -66,6 +67,7 @@ export const MIGRATIONS: readonly Migration[] = [
         dependency TEXT NOT NULL,
         tenant TEXT,
         paused INTEGER NOT NULL DEFAULT 0,
+        paused_manually INTEGER NOT NULL DEFAULT 0,
         created_at INTEGER NOT NULL,
         updated_at INTEGER NOT NULL,
         UNIQUE (consumer, message_id)

@@ -19,7 +19,9 @@ class Params implements SqlWriter {
     return value ? 1 : 0;
   }
   ids(column: string, ids: readonly string[]): string {
-    return `${column} IN (SELECT value FROM json_each(${this.param(JSON.stringify(ids.map(Number)))}))`;
+    // As text: SQLite compares them with the INTEGER column as numbers, without the
+    // precision a JavaScript number would lose above 2^53.
+    return `${column} IN (SELECT value FROM json_each(${this.param(JSON.stringify(ids))}))`;
   }
 }
 
@@ -94,7 +96,7 @@ export class SqliteRetryTableDriver<DB extends SqliteDatabase> implements RetryT
       VALUES (@messageId, @correlationId, @consumer, @queue, @parkedQueue, @exchange, @routingKey, @content, @properties, @attempt, @nextAttemptAt, @lastError, @errorClass, @dependency, @tenant,
         EXISTS (SELECT 1 FROM ${t.retryHolds} AS h WHERE ${held}), @now, @now)
       ON CONFLICT (consumer, message_id) DO UPDATE SET
-        attempt = max(r.attempt, excluded.attempt), next_attempt_at = excluded.next_attempt_at, last_error = excluded.last_error, error_class = excluded.error_class,
+        attempt = max(r.attempt, excluded.attempt), last_error = excluded.last_error, error_class = excluded.error_class,
         dependency = excluded.dependency, tenant = excluded.tenant, content = excluded.content, properties = excluded.properties,
         paused = max(r.paused, excluded.paused), updated_at = excluded.updated_at
       RETURNING id, paused`;
@@ -146,8 +148,10 @@ export class SqliteRetryTableDriver<DB extends SqliteDatabase> implements RetryT
       const detail: Record<string, unknown> = {};
       if (change.action === 'pause') {
         const p = new Params(now);
-        rows = Number(db.prepare(`UPDATE ${t.retry} SET paused = 1, updated_at = ? WHERE ${whereOf(filter, p)}`).run(now, ...p.values).changes);
         const hold = holdOf(filter);
+        // A pause by id or state is by hand: only a resume by a person lifts it.
+        const manual = hold === undefined ? ', paused_manually = 1' : '';
+        rows = Number(db.prepare(`UPDATE ${t.retry} SET paused = 1${manual}, updated_at = ? WHERE ${whereOf(filter, p)}`).run(now, ...p.values).changes);
         detail['hold'] = hold !== undefined;
         if (hold) {
           db.prepare(`INSERT INTO ${t.retryHolds} (consumer, dependency, tenant, error_class, actor, since) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`).run(
@@ -163,17 +167,18 @@ export class SqliteRetryTableDriver<DB extends SqliteDatabase> implements RetryT
         const lp = new Params(now);
         const lifted = liftedHoldsWhere(filter, lp);
         if (lifted !== undefined) {
-          const own = change.ownPausesOnly ? ' AND actor = ?' : '';
-          const n = db.prepare(`DELETE FROM ${t.retryHolds} WHERE ${lifted}${own}`).run(...lp.values, ...(change.ownPausesOnly ? [actor] : [])).changes;
-          detail['liftedPauses'] = Number(n);
+          const own = change.ownPausesOnly ? ` AND actor = ${lp.param(actor)}` : '';
+          detail['liftedPauses'] = Number(db.prepare(`DELETE FROM ${t.retryHolds} WHERE ${lifted}${own}`).run(...lp.values).changes);
         }
         const p = new Params(now);
         const where = whereOf(filter, p, 'r');
         const due = change.dueNow ? `, next_attempt_at = CASE WHEN r.next_attempt_at IS NULL OR r.next_attempt_at > ${p.param(now)} THEN ${p.param(now)} ELSE r.next_attempt_at END` : '';
         const values = change.dueNow ? [p.values.slice(-2), p.values.slice(0, -2)].flat() : p.values;
+        // Rows another hold still covers stay paused; a health check leaves rows paused by hand alone.
+        const manual = change.ownPausesOnly ? ' AND r.paused_manually = 0' : '';
         rows = Number(
           db
-            .prepare(`UPDATE ${t.retry} AS r SET paused = 0, updated_at = ?${due} WHERE ${where} AND NOT EXISTS (SELECT 1 FROM ${t.retryHolds} AS h WHERE ${holdMatches('h', ROW_HOLD)})`)
+            .prepare(`UPDATE ${t.retry} AS r SET paused = 0, paused_manually = 0, updated_at = ?${due} WHERE ${where}${manual} AND NOT EXISTS (SELECT 1 FROM ${t.retryHolds} AS h WHERE ${holdMatches('h', ROW_HOLD)})`)
             .run(now, ...values).changes,
         );
         detail['dueNow'] = change.dueNow;
