@@ -4,6 +4,7 @@ import type { MessageContext } from '../consume/types.js';
 import { checkFilter, holdOf, whereOf, type SqlWriter } from './filter.js';
 import { checkPolicy, decideWait, DEFAULT_WAIT_MS, recordedFailure, WaitForConditionError, type RetryTablePolicy } from './wait.js';
 import type { RetryTable } from './index.js';
+import { retryRow, storableText, storableValue } from './row.js';
 
 const table = { insert: async () => ({ id: '1', paused: false }), nameDependency: () => undefined } as unknown as RetryTable;
 const now = new Date('2026-01-01T00:00:00Z');
@@ -95,5 +96,37 @@ describe('filters as SQL', () => {
     expect(holdOf({ ids: ['1'] })).toBeUndefined();
     expect(holdOf({ dependency: 'carrier', due: true })).toBeUndefined();
     expect(holdOf({})).toEqual({ consumer: null, dependency: null, tenant: null, errorClass: null });
+  });
+});
+
+describe('retryRow', () => {
+  it('keeps what the message goes back with, drops what the broker wrote, and names the wait', () => {
+    const r = retryRow({
+      messageId: 'm-1',
+      content: Buffer.from('{"a":1}'),
+      properties: { contentType: 'application/json', timestamp: 5, correlationId: 'c-1', type: 'order.created' },
+      headers: { 'x-death': [{ queue: 'q', reason: 'expired' }], 'x-delivery-count': 3, 'warren-attempts': 1, 'warren-tenant': 'old', app: 'keep' },
+      exchange: 'events',
+      routingKey: 'order.created',
+      consumer: 'shipping',
+      queue: 'shipping.q',
+      parkedQueue: 'shipping.parked',
+      waits: 2,
+      failure: { errorClass: 'CarrierDownError', message: 'carrier 503', stack: '' },
+      decision: { dependency: 'carrier', tenant: null, nextAttemptAt: null },
+      now,
+    });
+    const props = JSON.parse(r.properties) as { headers: Record<string, unknown>; correlationId: string; type: string; timestamp: number };
+    expect(props.headers['x-death']).toBeUndefined();
+    expect(props.headers['x-delivery-count']).toBeUndefined();
+    expect(props.headers['warren-tenant']).toBeUndefined();
+    expect(props.headers).toMatchObject({ app: 'keep', 'warren-attempts': 1, 'warren-waits': 2, 'warren-dependency': 'carrier', 'warren-error-class': 'CarrierDownError', 'warren-routing-key': 'order.created' });
+    expect(props).toMatchObject({ correlationId: 'c-1', type: 'order.created', timestamp: 5 });
+    expect(r).toMatchObject({ messageId: 'm-1', correlationId: 'c-1', attempt: 2, content: '{"a":1}', tenant: null, lastError: 'carrier 503' });
+  });
+
+  it('replaces the characters PostgreSQL refuses, and nothing else', () => {
+    expect(storableText('a\u0000b\ud800c\udc00d\ud83d\ude00')).toBe('a\ufffdb\ufffdc\ufffdd\ud83d\ude00');
+    expect(storableValue({ 'k\u0000': ['x\u0000', 1, { y: '\udfff' }] })).toEqual({ 'k\ufffd': ['x\ufffd', 1, { y: '\ufffd' }] });
   });
 });
