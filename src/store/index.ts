@@ -34,8 +34,8 @@ export interface StoreOptions {
   migrate?: boolean;
   /**
    * How long idempotency markers and sent outbox rows are kept. Keep it longer than the
-   * longest time a message can spend in retries and in the parked queue before a replay,
-   * or a late redelivery runs its handler again.
+   * longest time a message can spend in retries, in the retry table and in the parked
+   * queue before a replay, or a late copy runs its handler again.
    * @default 604800000 (7 days)
    */
   retentionMs?: number;
