@@ -98,10 +98,11 @@ describe.each(BACKENDS)('retry table with a broker: %s', (backend) => {
     expect(health.stats.resumed).toBe(1);
     expect(await table.count()).toBe(0);
     await allOnce(h.spec, store, ids);
-    // A steady stream, never a burst: no second of the drain sends more than the rate and
-    // one batch (plus the one row of credit a late timer keeps). Arrival times at the
-    // consumer are measured by the benchmark; here what is tested is what the scheduler does.
-    expect(peak(moves, 1000)).toBeLessThanOrEqual(RATE + scheduler.batchSize + 1);
+    // A steady stream, never a burst (the backlog is four seconds' worth): no second of the
+    // drain moves more than the rate and one batch, give or take what a slow transaction
+    // shifts from one second into the next (times are when each pass finished). Arrival
+    // rates at the consumer are measured by the benchmark.
+    expect(peak(moves, 1000)).toBeLessThanOrEqual(RATE * 1.1 + scheduler.batchSize);
     const history = await table.history();
     expect(history.filter((e) => e.actor === 'health-check:carrier').map((e) => e.action)).toEqual(['resume', 'pause']);
     await scheduler.stop();
