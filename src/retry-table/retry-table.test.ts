@@ -196,7 +196,7 @@ describe.each(BACKENDS)('retry table with a broker: %s', (backend) => {
       WARREN_CHILD_ROLE: 'scheduler',
       WARREN_AMQP_URL: AMQP_URL,
       WARREN_TOPOLOGY: JSON.stringify(options),
-      WARREN_RATE: '200',
+      WARREN_RATE: '100',
       WARREN_LEASE_MS: '500',
     });
     await child.line('ready');
