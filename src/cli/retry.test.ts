@@ -5,7 +5,7 @@
  */
 import { relative } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
-import type { RetryRowInput } from '../retry-table/index.js';
+import { retryRowFixture } from '../retry-table/testing/rows.js';
 import { BACKENDS, harness, type Harness } from '../store/testing/harness.js';
 import type { AnyStore } from '../store/testing/spec.js';
 import { parseAt, retryFilterOf } from './commands/retry.js';
@@ -22,28 +22,6 @@ function warren(args: readonly string[], options: RunOptions = {}) {
   return run(args, { ...options, env: { ...NO_BROKER, ...options.env } });
 }
 
-let seq = 0;
-function row(over: Partial<RetryRowInput> = {}): RetryRowInput {
-  seq++;
-  return {
-    messageId: `m-${seq}`,
-    correlationId: null,
-    consumer: 'shipping',
-    queue: 'shipping.q',
-    parkedQueue: 'shipping.parked',
-    exchange: 'events',
-    routingKey: 'order.created',
-    content: JSON.stringify({ n: seq }),
-    properties: JSON.stringify({ contentType: 'application/json', timestamp: 1, headers: { 'warren-waits': 1 } }),
-    attempt: 1,
-    nextAttemptAt: new Date(Date.now() - 1000),
-    lastError: 'carrier answered 503',
-    errorClass: 'CarrierDownError',
-    dependency: 'carrier',
-    tenant: null,
-    ...over,
-  };
-}
 
 /** The flags that point the CLI at a harness's tables; the SQLite file is given relative to the CLI's directory. */
 function dbFlags(h: Harness): string[] {
@@ -62,10 +40,10 @@ async function seeded(backend: (typeof BACKENDS)[number]) {
   const store: AnyStore = h.store();
   const t = store.retryTable;
   const ids = {
-    t42: (await t.insert(row({ tenant: '42' }))).id,
-    tax: (await t.insert(row({ tenant: '7', dependency: 'tax', errorClass: 'TaxApiError', lastError: 'tax service answered 502' }))).id,
-    later: (await t.insert(row({ nextAttemptAt: new Date(Date.now() + 3_600_000) }))).id,
-    none: (await t.insert(row({ nextAttemptAt: null, tenant: '42', consumer: 'billing' }))).id,
+    t42: (await t.insert(retryRowFixture({ tenant: '42' }))).id,
+    tax: (await t.insert(retryRowFixture({ tenant: '7', dependency: 'tax', errorClass: 'TaxApiError', lastError: 'tax service answered 502' }))).id,
+    later: (await t.insert(retryRowFixture({ nextAttemptAt: new Date(Date.now() + 3_600_000) }))).id,
+    none: (await t.insert(retryRowFixture({ nextAttemptAt: null, tenant: '42', consumer: 'billing' }))).id,
   };
   const db = dbFlags(h);
   // The test's own flags come last, so they override the database flags.
@@ -125,7 +103,7 @@ describe.each(BACKENDS)('warren retry on %s', (backend) => {
     expect(paused.code, paused.stderr).toBe(0);
     expect(paused.stdout).toContain('Paused 2 rows matching tenant 42 (recorded as alice).');
     expect(paused.stdout).toContain('Rows of tenant 42 added later are paused too, until `warren retry resume --tenant 42`.');
-    expect((await t.insert(row({ tenant: '42' }))).paused).toBe(true);
+    expect((await t.insert(retryRowFixture({ tenant: '42' }))).paused).toBe(true);
     expect(json<{ total: number }>((await cli(['count', '--paused', '--json'])).stdout).total).toBe(3);
 
     const signals = await cli(['signals']);
@@ -219,7 +197,7 @@ describe.each(BACKENDS)('warren retry on %s', (backend) => {
     const ahead = await cli(['pause', '--dependency', 'new-carrier', '--allow-unknown']);
     expect(ahead.code, ahead.stderr).toBe(0);
     expect(ahead.stdout).toContain('Paused 0 rows matching dependency new-carrier');
-    expect((await t.insert(row({ dependency: 'new-carrier' }))).paused).toBe(true);
+    expect((await t.insert(retryRowFixture({ dependency: 'new-carrier' }))).paused).toBe(true);
   });
 
   it('refuses a change without a filter unless --all, and --all with filters', async () => {
@@ -288,7 +266,7 @@ describe('warren retry: database selection and failures', () => {
   it('never prints the database password, whatever the command says', async () => {
     const h = await harness('postgres');
     if (h.spec.backend !== 'postgres') throw new Error('unreachable');
-    await h.store().retryTable.insert(row({ lastError: 'boom' }));
+    await h.store().retryTable.insert(retryRowFixture({ lastError: 'boom' }));
     const url = new URL(h.spec.connectionString);
     // The test server trusts local connections, so the password is accepted and ignored.
     url.password = 's3cret-Pa55';

@@ -9,26 +9,10 @@ import type { AddressInfo } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { onTeardown, waitFor } from '../../test/helpers.js';
 import { BACKENDS, harness } from '../store/testing/harness.js';
-import type { RetryRowInput } from './index.js';
+import { retryRowFixture } from './testing/rows.js';
 
-function row(messageId: string, nextAttemptAt: Date | null): RetryRowInput {
-  return {
-    messageId,
-    correlationId: null,
-    consumer: 'shipping',
-    queue: 'shipping.q',
-    parkedQueue: 'shipping.parked',
-    exchange: 'events',
-    routingKey: 'order.created',
-    content: '{}',
-    properties: JSON.stringify({ contentType: 'application/json', timestamp: 1, headers: {} }),
-    attempt: 1,
-    nextAttemptAt,
-    lastError: 'down',
-    errorClass: 'CarrierDownError',
-    dependency: 'carrier',
-    tenant: null,
-  };
+function row(messageId: string, nextAttemptAt: Date | null) {
+  return retryRowFixture({ messageId, nextAttemptAt });
 }
 
 /** An HTTP health endpoint whose answer the test sets. */

@@ -12,7 +12,8 @@ import { BACKENDS, harness } from '../store/testing/harness.js';
 import { bumpEffect, createEffects, readEffects, type AnyStore, type StoreSpec } from '../store/testing/spec.js';
 import { spawnChild } from '../store/testing/spawn.js';
 import { TcpProxy } from '../store/testing/tcp-proxy.js';
-import { WaitForConditionError, type RetryRowInput } from './index.js';
+import { WaitForConditionError } from './index.js';
+import { retryRowFixture } from './testing/rows.js';
 
 class CarrierDownError extends Error {
   override name = 'CarrierDownError';
@@ -158,23 +159,7 @@ describe.each(BACKENDS)('retry table with a broker: %s', (backend) => {
     const c = topology.consumer(name);
     const deliveries = new Map<string, number>();
     await warren.consume(name, (_p: unknown, ctx) => void deliveries.set(ctx.messageId as string, (deliveries.get(ctx.messageId as string) ?? 0) + 1), { prefetch: 100, concurrency: 20 });
-    const rowFor = (id: string): RetryRowInput => ({
-      messageId: id,
-      correlationId: null,
-      consumer: name,
-      queue: c.queue,
-      parkedQueue: c.parkedQueue,
-      exchange: topology.exchange,
-      routingKey: 'order.created',
-      content: '{}',
-      properties: JSON.stringify({ contentType: 'application/json', timestamp: 1, headers: {} }),
-      attempt: 1,
-      nextAttemptAt: new Date(Date.now() - 1000),
-      lastError: 'down',
-      errorClass: 'CarrierDownError',
-      dependency: 'carrier',
-      tenant: null,
-    });
+    const rowFor = (id: string) => retryRowFixture({ messageId: id, consumer: name, queue: c.queue, parkedQueue: c.parkedQueue, exchange: topology.exchange });
     const first = Array.from({ length: 600 }, (_, i) => `two-${i}`);
     for (const id of first) await storeA.retryTable.insert(rowFor(id));
     const schedulers = [storeA, storeB].map((s) => s.retryTable.scheduler({ publisher: warren.publisher, exchange: topology.exchange, ratePerSecond: 1000, batchSize: 25, pollMs: 20, relay: { pollMs: 20 } }));
@@ -229,23 +214,7 @@ describe.each(BACKENDS)('retry table with a broker: %s', (backend) => {
     await direct.consume(name, (_p: unknown, ctx) => void seen.add(ctx.messageId as string));
     const c = topology.consumer(name);
     for (let i = 0; i < 200; i++) {
-      await store.retryTable.insert({
-        messageId: `out-${i}`,
-        correlationId: null,
-        consumer: name,
-        queue: c.queue,
-        parkedQueue: c.parkedQueue,
-        exchange: topology.exchange,
-        routingKey: 'order.created',
-        content: '{}',
-        properties: JSON.stringify({ contentType: 'application/json', timestamp: 1, headers: {} }),
-        attempt: 1,
-        nextAttemptAt: new Date(),
-        lastError: 'down',
-        errorClass: 'CarrierDownError',
-        dependency: 'carrier',
-        tenant: null,
-      });
+      await store.retryTable.insert(retryRowFixture({ messageId: `out-${i}`, consumer: name, queue: c.queue, parkedQueue: c.parkedQueue, exchange: topology.exchange, nextAttemptAt: new Date() }));
     }
     await proxy.cut();
     const scheduler = store.retryTable.scheduler({ publisher: warren.publisher, exchange: topology.exchange, ratePerSecond: 1000, maxPending: 20, pollMs: 20, relay: { pollMs: 20, retry: { maxDelayMs: 200 } } });

@@ -6,6 +6,7 @@ import type { OutboxPublisher, OutboxRelay, OutboxRelayOptions } from '../store/
 import type { HealthChecks, HealthMonitor, HealthMonitorOptions } from './health.js';
 import type { RetryTable } from './index.js';
 import type { DrainResult, RetryTableDriver } from './types.js';
+import { Sleeper } from '../sleeper.js';
 
 /** Options of `store.retryTable.scheduler(options)`. */
 export interface RetrySchedulerOptions {
@@ -106,9 +107,8 @@ export class RetryScheduler extends EventEmitter {
   private readonly logger: Logger;
   private readonly relay: OutboxRelay | undefined;
   private running = false;
+  private readonly sleeper = new Sleeper(() => this.running);
   private loopDone: Promise<void> | undefined;
-  private interrupt: (() => void) | undefined;
-  private woken = false;
   private readonly onRelayPass = () => this.wake();
   private readonly onChanged = (change: { action: string; rows: number }) => {
     if (change.rows > 0 && (change.action === 'resume' || change.action === 'schedule')) this.wake();
@@ -169,7 +169,7 @@ export class RetryScheduler extends EventEmitter {
     if (!this.running) return;
     this.running = false;
     this.table.off('changed', this.onChanged);
-    this.interrupt?.();
+    this.sleeper.stopped();
     await this.loopDone;
     await this.health?.stop();
     this.relay?.off('pass', this.onRelayPass);
@@ -192,30 +192,7 @@ export class RetryScheduler extends EventEmitter {
   }
 
   private wake(): void {
-    this.woken = true;
-    this.interrupt?.();
-  }
-
-  private pause(ms: number, wakeable: boolean): Promise<void> {
-    if (!this.running) return Promise.resolve();
-    if (wakeable && this.woken) {
-      this.woken = false;
-      return Promise.resolve();
-    }
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.interrupt = undefined;
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      this.interrupt = () => {
-        if (!this.running || (wakeable && this.woken)) {
-          this.woken = false;
-          done();
-        }
-      };
-    });
+    this.sleeper.wake();
   }
 
   private async loop(): Promise<void> {
@@ -236,7 +213,7 @@ export class RetryScheduler extends EventEmitter {
       if (tat < now - credit) tat = now - credit;
       const want = rate === Infinity ? this.batchSize : Math.min(this.batchSize, Math.floor((now - tat) / interval + 1e-9));
       if (want < 1) {
-        await this.pause(Math.min(MAX_TIMER_MS, Math.max(1, Math.ceil(tat + interval - now))), false);
+        await this.sleeper.sleep(Math.min(MAX_TIMER_MS, Math.max(1, Math.ceil(tat + interval - now))), false);
         continue;
       }
       let result: DrainResult;
@@ -248,19 +225,19 @@ export class RetryScheduler extends EventEmitter {
         this.stats.failures++;
         const delay = backoffDelay(failures, this.initialDelayMs, Math.max(this.initialDelayMs, this.maxDelayMs));
         this.logger.warn('retry scheduler pass failed; trying again', { attempt: failures, delayMs: delay, error: error instanceof Error ? error.message : String(error) });
-        await this.pause(delay, false);
+        await this.sleeper.sleep(delay, false);
         continue;
       }
       tat += result.moved * interval;
       if (result.full) {
         // The outbox holds its bound of unsent rows: wait for the relay (its passes wake us).
-        await this.pause(this.pollMs, true);
+        await this.sleeper.sleep(this.pollMs, true);
       } else if (result.moved < want) {
         // Nothing more is due: look again later (a resume in this process wakes us).
-        await this.pause(this.pollMs, true);
+        await this.sleeper.sleep(this.pollMs, true);
       } else if (rate !== Infinity) {
         // Wait until a whole batch is allowed.
-        await this.pause(Math.min(MAX_TIMER_MS, Math.max(1, Math.ceil(tat + burst - performance.now()))), false);
+        await this.sleeper.sleep(Math.min(MAX_TIMER_MS, Math.max(1, Math.ceil(tat + burst - performance.now()))), false);
       }
     }
   }

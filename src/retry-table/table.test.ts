@@ -7,30 +7,9 @@ import { describe, expect, it } from 'vitest';
 import { BACKENDS, harness } from '../store/testing/harness.js';
 import type { AnyStore } from '../store/testing/spec.js';
 import { InvalidOptionError } from '../errors.js';
-import { UnknownDependencyError, type RetryRowInput } from './index.js';
+import { UnknownDependencyError } from './index.js';
+import { retryRowFixture } from './testing/rows.js';
 
-let seq = 0;
-function row(over: Partial<RetryRowInput> = {}): RetryRowInput {
-  seq++;
-  return {
-    messageId: `m-${seq}`,
-    correlationId: null,
-    consumer: 'shipping',
-    queue: 'shipping.q',
-    parkedQueue: 'shipping.parked',
-    exchange: 'events',
-    routingKey: 'order.created',
-    content: JSON.stringify({ n: seq }),
-    properties: JSON.stringify({ contentType: 'application/json', timestamp: 1, headers: { 'warren-waits': 1 } }),
-    attempt: 1,
-    nextAttemptAt: new Date(Date.now() - 1000),
-    lastError: 'carrier answered 503',
-    errorClass: 'CarrierDownError',
-    dependency: 'carrier',
-    tenant: null,
-    ...over,
-  };
-}
 
 async function pendingOutbox(store: AnyStore): Promise<number> {
   return (await store.outbox.lag()).pending;
@@ -40,11 +19,11 @@ describe.each(BACKENDS)('retry table: %s', (backend) => {
   it('stores rows, lists and counts them by filter, and makes no second row for the same message', async () => {
     const h = await harness(backend);
     const t = h.store().retryTable;
-    await t.insert(row({ tenant: '42' }));
-    await t.insert(row({ tenant: '7', dependency: 'tax' }));
-    const later = row({ nextAttemptAt: new Date(Date.now() + 60_000) });
+    await t.insert(retryRowFixture({ tenant: '42' }));
+    await t.insert(retryRowFixture({ tenant: '7', dependency: 'tax' }));
+    const later = retryRowFixture({ nextAttemptAt: new Date(Date.now() + 60_000) });
     await t.insert(later);
-    await t.insert(row({ nextAttemptAt: null }));
+    await t.insert(retryRowFixture({ nextAttemptAt: null }));
     // The same message again (a redelivered duplicate): updated, not doubled.
     const again = await t.insert({ ...later, attempt: 2, lastError: 'still 503' });
     expect(await t.count()).toBe(4);
@@ -63,36 +42,36 @@ describe.each(BACKENDS)('retry table: %s', (backend) => {
   it('a pause by tenant holds later rows of that tenant too, until resumed; other rows stay free', async () => {
     const h = await harness(backend);
     const t = h.store().retryTable;
-    await t.insert(row({ tenant: '42' }));
-    await t.insert(row({ tenant: '7' }));
+    await t.insert(retryRowFixture({ tenant: '42' }));
+    await t.insert(retryRowFixture({ tenant: '7' }));
     expect(await t.pause({ tenant: '42' }, { actor: 'alice' })).toBe(1);
-    const late = await t.insert(row({ tenant: '42' }));
+    const late = await t.insert(retryRowFixture({ tenant: '42' }));
     expect(late.paused).toBe(true);
-    expect((await t.insert(row({ tenant: '8' }))).paused).toBe(false);
+    expect((await t.insert(retryRowFixture({ tenant: '8' }))).paused).toBe(false);
     expect(await t.count({ paused: true })).toBe(2);
     expect(await t.holds()).toMatchObject([{ tenant: '42', dependency: null, actor: 'alice' }]);
     expect(await t.resume({ tenant: '42' }, { actor: 'alice' })).toBe(2);
     expect(await t.count({ paused: true })).toBe(0);
     expect(await t.holds()).toEqual([]);
-    expect((await t.insert(row({ tenant: '42' }))).paused).toBe(false);
+    expect((await t.insert(retryRowFixture({ tenant: '42' }))).paused).toBe(false);
   });
 
   it('a pause of every row holds rows added later too, until a resume of every row', async () => {
     const h = await harness(backend);
     const t = h.store().retryTable;
-    await t.insert(row());
+    await t.insert(retryRowFixture());
     expect(await t.pause({}, { actor: 'alice' })).toBe(1);
-    expect((await t.insert(row({ dependency: 'tax' }))).paused).toBe(true);
+    expect((await t.insert(retryRowFixture({ dependency: 'tax' }))).paused).toBe(true);
     expect(await t.resume({}, { actor: 'alice' })).toBe(2);
     expect(await t.holds()).toEqual([]);
-    expect((await t.insert(row())).paused).toBe(false);
+    expect((await t.insert(retryRowFixture())).paused).toBe(false);
   });
 
   it('a resume leaves rows that another pause still covers paused, and a health check lifts only its own pause', async () => {
     const h = await harness(backend);
     const t = h.store().retryTable;
-    await t.insert(row({ tenant: '42' }));
-    await t.insert(row({ tenant: '7' }));
+    await t.insert(retryRowFixture({ tenant: '42' }));
+    await t.insert(retryRowFixture({ tenant: '7' }));
     await t.pause({ tenant: '42' }, { actor: 'alice' });
     await t.pause({ dependency: 'carrier' }, { actor: 'health-check:carrier' });
     expect(await t.count({ paused: true })).toBe(2);
@@ -105,9 +84,9 @@ describe.each(BACKENDS)('retry table: %s', (backend) => {
   it("a resume lifts only the pause with the same filter, and a health check's resume leaves rows paused by hand", async () => {
     const h = await harness(backend);
     const t = h.store().retryTable;
-    const byHand = await t.insert(row({ nextAttemptAt: new Date(Date.now() + 86_400_000) }));
-    await t.insert(row({ tenant: '42' }));
-    await t.insert(row());
+    const byHand = await t.insert(retryRowFixture({ nextAttemptAt: new Date(Date.now() + 86_400_000) }));
+    await t.insert(retryRowFixture({ tenant: '42' }));
+    await t.insert(retryRowFixture());
     await t.pause({ ids: [byHand.id] }, { actor: 'alice' });
     await t.pause({ dependency: 'carrier', tenant: '42' }, { actor: 'alice' });
     await t.pause({ dependency: 'carrier' }, { actor: 'health-check:carrier' });
@@ -127,13 +106,13 @@ describe.each(BACKENDS)('retry table: %s', (backend) => {
     const h = await harness(backend);
     const t = h.store().retryTable;
     const other = h.store().retryTable;
-    await t.insert(row());
+    await t.insert(retryRowFixture());
     let stop = false;
     // Each writer yields between inserts, as consumers do between deliveries (a SQLite
     // store's writes never wait on I/O, so a tight loop would starve the timers).
     const writers = Array.from({ length: 6 }, async () => {
       while (!stop) {
-        await other.insert(row({ nextAttemptAt: null }));
+        await other.insert(retryRowFixture({ nextAttemptAt: null }));
         await new Promise((r) => setImmediate(r));
       }
     });
@@ -156,7 +135,7 @@ describe.each(BACKENDS)('retry table: %s', (backend) => {
   it('a redelivered duplicate keeps the schedule an operator set', async () => {
     const h = await harness(backend);
     const t = h.store().retryTable;
-    const first = row();
+    const first = retryRowFixture();
     const { id } = await t.insert(first);
     await t.schedule({ ids: [id] }, null, { actor: 'alice' });
     await t.insert({ ...first, attempt: 1 });
@@ -166,7 +145,7 @@ describe.each(BACKENDS)('retry table: %s', (backend) => {
   it('sets the next attempt: a time, none, now; a time in the past is now', async () => {
     const h = await harness(backend);
     const t = h.store().retryTable;
-    const { id } = await t.insert(row({ nextAttemptAt: null }));
+    const { id } = await t.insert(retryRowFixture({ nextAttemptAt: null }));
     expect(await t.count({ due: true })).toBe(0);
     const at = new Date(Date.now() + 3_600_000);
     expect(await t.schedule({ ids: [id] }, at)).toBe(1);
@@ -187,9 +166,9 @@ describe.each(BACKENDS)('retry table: %s', (backend) => {
     const store = h.store();
     const t = store.retryTable;
     const base = Date.now() - 10_000;
-    for (let i = 0; i < 6; i++) await t.insert(row({ nextAttemptAt: new Date(base + (5 - i) * 100), messageId: `d-${i}` }));
-    await t.insert(row({ nextAttemptAt: new Date(Date.now() + 60_000) }));
-    await t.insert(row({ tenant: 'held' }));
+    for (let i = 0; i < 6; i++) await t.insert(retryRowFixture({ nextAttemptAt: new Date(base + (5 - i) * 100), messageId: `d-${i}` }));
+    await t.insert(retryRowFixture({ nextAttemptAt: new Date(Date.now() + 60_000) }));
+    await t.insert(retryRowFixture({ tenant: 'held' }));
     await t.pause({ tenant: 'held' });
     const s = t.scheduler({ publisher: { send: async () => undefined }, exchange: 'events', relay: false, maxPending: 4 });
     expect(await s.drainOnce(3)).toBe(3);
@@ -204,8 +183,8 @@ describe.each(BACKENDS)('retry table: %s', (backend) => {
     const h = await harness(backend);
     const store = h.store();
     const t = store.retryTable;
-    await t.insert(row({ errorClass: 'TaxApiError', dependency: 'tax' }));
-    await t.insert(row());
+    await t.insert(retryRowFixture({ errorClass: 'TaxApiError', dependency: 'tax' }));
+    await t.insert(retryRowFixture());
     expect(await t.park({ errorClass: 'TaxApiError' }, { actor: 'bob' })).toBe(1);
     expect(await t.count()).toBe(1);
     expect(await pendingOutbox(store)).toBe(1);
@@ -218,9 +197,9 @@ describe.each(BACKENDS)('retry table: %s', (backend) => {
   it('reports signals: due, paused, waiting, the oldest due row, by dependency', async () => {
     const h = await harness(backend);
     const t = h.store().retryTable;
-    await t.insert(row({ nextAttemptAt: new Date(Date.now() - 5000) }));
-    await t.insert(row({ nextAttemptAt: null }));
-    await t.insert(row({ dependency: 'tax' }));
+    await t.insert(retryRowFixture({ nextAttemptAt: new Date(Date.now() - 5000) }));
+    await t.insert(retryRowFixture({ nextAttemptAt: null }));
+    await t.insert(retryRowFixture({ dependency: 'tax' }));
     await t.pause({ dependency: 'tax' });
     const s = await t.signals();
     expect(s).toMatchObject({ rows: 3, due: 1, paused: 1, waiting: 1, byDependency: { carrier: { rows: 2, due: 1, paused: 0 }, tax: { rows: 1, paused: 1, due: 0 } } });
@@ -230,8 +209,8 @@ describe.each(BACKENDS)('retry table: %s', (backend) => {
   it('refuses bad input with errors that say what to do', async () => {
     const h = await harness(backend);
     const t = h.store().retryTable;
-    await t.insert(row());
-    await t.insert(row({ dependency: 'tax' }));
+    await t.insert(retryRowFixture());
+    await t.insert(retryRowFixture({ dependency: 'tax' }));
     const unknown = await t.pause({ dependency: 'carrer' }).catch((e: unknown) => e);
     expect(unknown).toBeInstanceOf(UnknownDependencyError);
     expect((unknown as UnknownDependencyError).known).toEqual(['carrier', 'tax']);

@@ -31,26 +31,12 @@ export interface RetryRowInput {
   readonly tenant: string | null;
 }
 
-/** A row as operators read it. */
-export interface RetryRow {
+/** A row as operators read it: what was stored, with its headers read out. */
+export interface RetryRow extends Omit<RetryRowInput, 'properties'> {
   /** The row's id (a 64-bit integer, as a string). */
   readonly id: string;
-  readonly messageId: string;
-  readonly correlationId: string | null;
-  readonly consumer: string;
-  readonly queue: string;
-  readonly parkedQueue: string;
-  readonly exchange: string;
-  readonly routingKey: string;
-  /** The body as stored (JSON text). */
-  readonly content: string;
+  /** The headers the message goes back with. */
   readonly headers: Readonly<Record<string, unknown>>;
-  readonly attempt: number;
-  readonly nextAttemptAt: Date | null;
-  readonly lastError: string;
-  readonly errorClass: string;
-  readonly dependency: string;
-  readonly tenant: string | null;
   readonly paused: boolean;
   readonly createdAt: Date;
   readonly updatedAt: Date;

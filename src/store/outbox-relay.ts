@@ -7,6 +7,7 @@ import type { OutgoingMessage } from '../publish/publisher.js';
 import type { OutboxLag, StoreBackend } from './index.js';
 import { outgoingMessage, type OutboxRow } from './outbox-message.js';
 import { checkInt } from './options.js';
+import { Sleeper } from '../sleeper.js';
 
 /** What the relay needs from a publisher: `Publisher.send` (confirmed, `mandatory`). */
 export interface OutboxPublisher {
@@ -152,11 +153,10 @@ export class OutboxRelay extends EventEmitter {
   private readonly maxDelayMs: number;
   private readonly logger: Logger;
   private running = false;
+  private readonly sleeper = new Sleeper(() => this.running);
   private loopDone: Promise<void> | undefined;
   private unsubscribe: (() => Promise<void>) | undefined;
   private passing: Promise<RelayPass> = Promise.resolve({ claimed: 0, published: 0, flagged: 0, failed: 0, busy: false });
-  private woken = false;
-  private interrupt: (() => void) | undefined;
   /** Strict order after a failed row: claim one row at a time until a pass goes through. */
   private single = false;
   /** The claim limit of the last pass: a pass that filled it goes again at once. */
@@ -212,7 +212,7 @@ export class OutboxRelay extends EventEmitter {
   async stop(): Promise<void> {
     if (!this.running) return;
     this.running = false;
-    this.interrupt?.();
+    this.sleeper.stopped();
     await this.loopDone;
     await this.unsubscribe?.().catch(() => undefined);
     this.unsubscribe = undefined;
@@ -226,37 +226,13 @@ export class OutboxRelay extends EventEmitter {
   }
 
   private wake(): void {
-    this.woken = true;
-    this.interrupt?.();
-  }
-
-  /** Waits `ms`, or less when interrupted by stop() (and by wake() when `wakeable`). */
-  private pause(ms: number, wakeable: boolean): Promise<void> {
-    if (!this.running) return Promise.resolve();
-    if (wakeable && this.woken) {
-      this.woken = false;
-      return Promise.resolve();
-    }
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.interrupt = undefined;
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      this.interrupt = () => {
-        if (!this.running || (wakeable && this.woken)) {
-          this.woken = false;
-          done();
-        }
-      };
-    });
+    this.sleeper.wake();
   }
 
   private async loop(): Promise<void> {
     let failures = 0;
     while (this.running) {
-      this.woken = false;
+      this.sleeper.clearWake();
       let pass: RelayPass;
       try {
         pass = await this.runOnce();
@@ -264,17 +240,17 @@ export class OutboxRelay extends EventEmitter {
         failures++;
         const delay = backoffDelay(failures, this.initialDelayMs, this.maxDelayMs);
         this.logger.warn('outbox relay pass failed; trying again', { backend: this.driver.backend, attempt: failures, delayMs: delay, error: error instanceof Error ? error.message : String(error) });
-        await this.pause(delay, false);
+        await this.sleeper.sleep(delay, false);
         continue;
       }
       if (pass.failed > 0) {
         failures++;
-        await this.pause(backoffDelay(failures, this.initialDelayMs, this.maxDelayMs), false);
+        await this.sleeper.sleep(backoffDelay(failures, this.initialDelayMs, this.maxDelayMs), false);
         continue;
       }
       failures = 0;
-      if (pass.busy) await this.pause(this.pollMs, true);
-      else if (pass.claimed < this.lastLimit) await this.pause(this.pollMs, true);
+      if (pass.busy) await this.sleeper.sleep(this.pollMs, true);
+      else if (pass.claimed < this.lastLimit) await this.sleeper.sleep(this.pollMs, true);
     }
   }
 
