@@ -170,16 +170,17 @@ export class SqliteRetryTableDriver<DB extends SqliteDatabase> implements RetryT
           const own = change.ownPausesOnly ? ` AND actor = ${lp.param(actor)}` : '';
           detail['liftedPauses'] = Number(db.prepare(`DELETE FROM ${t.retryHolds} WHERE ${lifted}${own}`).run(...lp.values).changes);
         }
+        // Parameters in the order they appear: SET first, then WHERE.
         const p = new Params(now);
-        const where = whereOf(filter, p, 'r');
+        p.param(now);
         const due = change.dueNow ? `, next_attempt_at = CASE WHEN r.next_attempt_at IS NULL OR r.next_attempt_at > ${p.param(now)} THEN ${p.param(now)} ELSE r.next_attempt_at END` : '';
-        const values = change.dueNow ? [p.values.slice(-2), p.values.slice(0, -2)].flat() : p.values;
+        const where = whereOf(filter, p, 'r');
         // Rows another hold still covers stay paused; a health check leaves rows paused by hand alone.
         const manual = change.ownPausesOnly ? ' AND r.paused_manually = 0' : '';
         rows = Number(
           db
             .prepare(`UPDATE ${t.retry} AS r SET paused = 0, paused_manually = 0, updated_at = ?${due} WHERE ${where}${manual} AND NOT EXISTS (SELECT 1 FROM ${t.retryHolds} AS h WHERE ${holdMatches('h', ROW_HOLD)})`)
-            .run(now, ...values).changes,
+            .run(...p.values).changes,
         );
         detail['dueNow'] = change.dueNow;
         if (change.ownPausesOnly) detail['ownPausesOnly'] = true;
