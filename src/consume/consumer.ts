@@ -342,12 +342,15 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
         await this.retry(d, headers, error.cause, attempts.failed, { countAttempt: false, tier: 0 });
         return;
       }
-      const waiting = isWaitForCondition(error) || this.options.retryTable?.rules?.length ? this.waitDecision(d, error, payload as T, messageId, headers, attempts.failed) : undefined;
+      // A permanent failure parks even when a broad rule would match it; only an explicit
+      // WaitForConditionError overrides the classifier.
+      const permanent = !isWaitForCondition(error) && classifyFailure(error, this.options.classify) === 'permanent';
+      const waiting = !permanent && (isWaitForCondition(error) || this.options.retryTable?.rules?.length) ? this.waitDecision(d, error, payload as T, messageId, headers, attempts.failed) : undefined;
       if (waiting !== undefined) {
         await this.wait(d, headers, error, waiting, attempts.failed);
         return;
       }
-      if (classifyFailure(error, this.options.classify) === 'permanent') {
+      if (permanent) {
         await this.park(d, headers, 'permanent-error', error, attempts.failed + 1);
         return;
       }
@@ -519,11 +522,11 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       now: new Date(),
     });
     const holdUntil = Date.now() + this.storeOutageHoldMs;
-    let stored_: { id: string; paused: boolean };
+    let stored: { id: string; paused: boolean };
     for (let attempt = 1; ; attempt++) {
       if (this.channel !== d.ch) return; // its channel is gone: the broker redelivers it
       try {
-        stored_ = await policy.table.insert(row);
+        stored = await policy.table.insert(row);
         break;
       } catch (e) {
         const outage = e instanceof WarrenError && e.code === 'STORE_UNAVAILABLE';
@@ -545,8 +548,8 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       }
     }
     if (!this.ack(d)) return; // redelivered; the row is updated, not doubled, next time
-    this.logger.info('message waits in the retry table', { consumer: this.name, messageId, dependency: decision.dependency, tenant: decision.tenant, row: stored_.id, paused: stored_.paused });
-    this.count({ kind: 'waiting', messageId, dependency: decision.dependency, tenant: decision.tenant, row: stored_.id, paused: stored_.paused, nextAttemptAt: decision.nextAttemptAt, error: recorded });
+    this.logger.info('message waits in the retry table', { consumer: this.name, messageId, dependency: decision.dependency, tenant: decision.tenant, row: stored.id, paused: stored.paused });
+    this.count({ kind: 'waiting', messageId, dependency: decision.dependency, tenant: decision.tenant, row: stored.id, paused: stored.paused, nextAttemptAt: decision.nextAttemptAt, error: recorded });
   }
 
   private async retry(d: Delivery, headers: Record<string, unknown>, error: unknown, failed: number, how: { countAttempt: boolean; tier?: number }): Promise<void> {

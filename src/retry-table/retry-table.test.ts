@@ -7,6 +7,7 @@
 import { describe, expect, it } from 'vitest';
 import type { TopologyOptions } from '../index.js';
 import { HEADER } from '../headers.js';
+import { PermanentError } from '../errors.js';
 import { AMQP_URL, connectWarren, onTeardown, depth, drain, rawConnection, sleep, testTopology, waitFor } from '../../test/helpers.js';
 import { BACKENDS, harness } from '../store/testing/harness.js';
 import { bumpEffect, createEffects, readEffects, type AnyStore, type StoreSpec } from '../store/testing/spec.js';
@@ -319,6 +320,20 @@ describe.each(BACKENDS)('retry table with a broker: %s', (backend) => {
     await warren.publish('order.created', {});
     await waitFor(() => consumer.stats.parked === 1, 'the message parked at the ladder cap', 15_000);
     expect(consumer.stats).toMatchObject({ retried: 2, waiting: 0 });
+  });
+
+  it('a permanent failure parks at once even when a broad rule would send it to the table', async () => {
+    const h = await harness(backend);
+    const store = h.store();
+    const { topology, consumer: name } = setup();
+    const warren = await connectWarren(topology);
+    const consumer = await warren.consume(name, () => Promise.reject(new PermanentError('order 7 has no customer')), {
+      retryTable: { table: store.retryTable, rules: [{ when: Error, dependency: 'anything' }] },
+    });
+    await warren.publish('order.created', {});
+    await waitFor(() => consumer.stats.parked === 1, 'the message parked');
+    expect(consumer.stats.waiting).toBe(0);
+    expect(await store.retryTable.count()).toBe(0);
   });
 
   it('operator park sends rows to the parked queue through the outbox, with the reason', async () => {
