@@ -9,6 +9,7 @@ export type WarrenErrorCode =
   | 'UNROUTABLE'
   | 'PUBLISH_NACKED'
   | 'PUBLISH_NOT_CONFIRMED'
+  | 'PUBLISH_NOT_SENT'
   | 'BROKER_UNREACHABLE'
   | 'CLOSED'
   | 'PERMANENT'
@@ -131,6 +132,25 @@ export class PublishNotConfirmedError extends WarrenError {
       options,
     );
     this.messageId = messageId;
+  }
+}
+
+/**
+ * A publish was given up before it was written to the connection (no slot, a socket
+ * that did not drain, or a broker that blocked publishing, within `confirmTimeoutMs`):
+ * the broker never saw it, and warren will not write it later.
+ */
+export class PublishNotSentError extends WarrenError {
+  readonly messageId: string | undefined;
+  /** The broker's reason when it had blocked the connection (e.g. "low on memory"). */
+  readonly blockedReason: string | undefined;
+  constructor(messageId: string | undefined, reason: string, blockedReason?: string) {
+    super(
+      'PUBLISH_NOT_SENT',
+      `Message ${messageId ?? '(no id)'} was not sent: ${reason}. It was never written to the broker and will not be; publish it again (same id) once the broker accepts publishes.`,
+    );
+    this.messageId = messageId;
+    this.blockedReason = blockedReason;
   }
 }
 

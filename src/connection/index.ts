@@ -63,7 +63,7 @@ function positive(value: number | undefined, fallback: number, option: string): 
  * channels are reopened, topology is declared and consumers re-attach.
  *
  * Events: `connected`, `disconnected` (error), `reconnect-scheduled` ({attempt, delayMs}),
- * `hook-failed` (error).
+ * `hook-failed` (error), `blocked` (the broker's reason, e.g. "low on memory"), `unblocked`.
  */
 export class BrokerConnection extends EventEmitter {
   readonly url: string;
@@ -80,6 +80,9 @@ export class BrokerConnection extends EventEmitter {
   private waiters: Array<() => void> = [];
   private reconnectTimer: NodeJS.Timeout | undefined;
   private connecting: Promise<void> | undefined;
+  /** A connect under way (from open() or a reconnect), so close() can wait for it. */
+  private inFlight: Promise<void> | undefined;
+  private blockedReason: string | undefined;
 
   constructor(options: ConnectionOptions = {}) {
     super();
@@ -95,6 +98,16 @@ export class BrokerConnection extends EventEmitter {
   /** True while a connection is up and every ready hook has run. */
   get ready(): boolean {
     return this.model !== undefined && this.connecting === undefined;
+  }
+
+  /**
+   * Why the broker stopped reading this connection's publishes (`connection.blocked`,
+   * e.g. "low on memory" or "low on disk"), or `undefined` while it is not blocked.
+   * RabbitMQ blocks a connection that publishes while a resource alarm is on; anything
+   * written meanwhile waits in the socket buffers until the alarm clears.
+   */
+  get blocked(): string | undefined {
+    return this.blockedReason;
   }
 
   /** Counts connections made; a channel from an older generation is stale. */
@@ -125,22 +138,33 @@ export class BrokerConnection extends EventEmitter {
     throw new BrokerUnreachableError(redactUrl(this.url), `${detail} (gave up after ${attempt} attempts in ${this.connectTimeoutMs} ms)`, { cause: lastError });
   }
 
-  private async connectOnce(): Promise<void> {
+  private connectOnce(): Promise<void> {
+    const attempt = this.connectModel();
+    const tracked = attempt.finally(() => {
+      if (this.inFlight === tracked) this.inFlight = undefined;
+    });
+    this.inFlight = tracked;
+    return tracked;
+  }
+
+  private async connectModel(): Promise<void> {
     const model = await amqp.connect(withHeartbeat(this.url, this.heartbeat), {
       noDelay: true,
       clientProperties: { connection_name: this.connectionName },
       timeout: Math.min(this.connectTimeoutMs, 10_000),
     });
+    // Before anything else: an 'error' with no listener is an uncaught exception that
+    // ends the process (a socket that closes while this connection is being closed).
+    model.on('error', (err: Error) => this.logger.warn('connection error', { error: err.message }));
     if (this.closing) {
-      await model.close().catch(() => undefined);
+      await this.closeModel(model);
       throw new ClosedError('The connection');
     }
     this.generation += 1;
     const generation = this.generation;
-    model.on('error', (err: Error) => this.logger.warn('connection error', { error: err.message }));
     model.on('close', (err?: Error) => this.onClose(generation, err));
-    model.on('blocked', (reason: string) => this.logger.warn('broker blocked publishing on this connection', { reason }));
-    model.on('unblocked', () => this.logger.info('broker unblocked publishing'));
+    model.on('blocked', (reason: string) => this.onBlocked(generation, reason));
+    model.on('unblocked', () => this.onUnblocked(generation));
     this.model = model;
     this.connecting = this.runHooks(model);
     try {
@@ -153,6 +177,31 @@ export class BrokerConnection extends EventEmitter {
     const waiters = this.waiters;
     this.waiters = [];
     for (const w of waiters) w();
+  }
+
+  /**
+   * Closes a connection, bounded by `connectTimeoutMs`: the close handshake needs a
+   * broker that reads, and one under a resource alarm may not.
+   */
+  private async closeModel(model: amqp.ChannelModel): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<void>((r) => (timer = setTimeout(r, this.connectTimeoutMs)));
+    await Promise.race([model.close().catch(() => undefined), late]);
+    clearTimeout(timer);
+  }
+
+  private onBlocked(generation: number, reason: string): void {
+    if (generation !== this.generation) return;
+    this.blockedReason = reason || 'no reason given';
+    this.logger.warn('broker blocked publishing on this connection', { reason: this.blockedReason });
+    this.emit('blocked', this.blockedReason);
+  }
+
+  private onUnblocked(generation: number): void {
+    if (generation !== this.generation || this.blockedReason === undefined) return;
+    this.blockedReason = undefined;
+    this.logger.info('broker unblocked publishing');
+    this.emit('unblocked');
   }
 
   private async runHooks(model: amqp.ChannelModel): Promise<void> {
@@ -169,6 +218,8 @@ export class BrokerConnection extends EventEmitter {
   private onClose(generation: number, err?: Error): void {
     if (generation !== this.generation) return;
     this.model = undefined;
+    // A new connection starts unblocked; the broker says so again if the alarm is still on.
+    this.onUnblocked(generation);
     if (this.closing) return;
     this.logger.warn('connection lost; reconnecting', { error: err?.message });
     this.emit('disconnected', err);
@@ -230,6 +281,9 @@ export class BrokerConnection extends EventEmitter {
     this.model = undefined;
     for (const w of this.waiters) w();
     this.waiters = [];
-    if (model) await model.close().catch(() => undefined);
+    if (model) await this.closeModel(model);
+    // A connect under way finds `closing` set and closes what it opened; wait for that,
+    // so nothing of this connection outlives close().
+    await this.inFlight?.catch(() => undefined);
   }
 }

@@ -1,5 +1,5 @@
 import type * as amqp from 'amqplib';
-import { ClosedError, InvalidOptionError, PublishNackedError, PublishNotConfirmedError, UnroutableError } from '../errors.js';
+import { ClosedError, InvalidOptionError, PublishNackedError, PublishNotConfirmedError, PublishNotSentError, UnroutableError } from '../errors.js';
 import { silentLogger, type Logger } from '../logger.js';
 import type { BrokerConnection } from '../connection/index.js';
 import { stampMessage, type PublishOptions } from './stamp.js';
@@ -14,15 +14,20 @@ export interface PublisherOptions {
    */
   maxInFlight?: number;
   /**
-   * How long a publish waits for a connection when the broker is away.
+   * How long a publish waits for a connection when the broker is away (never longer
+   * than what is left of `confirmTimeoutMs`).
    * @default 10000
    */
   connectTimeoutMs?: number;
   /**
-   * How long a publish waits for the broker's confirm before it is rejected with
-   * {@link PublishNotConfirmedError} (the broker may have it: publish again, same id).
-   * A broker under a memory or disk alarm stops reading publishers' sockets; without
-   * this bound a publish, and a consumer's move, would wait for as long as the alarm lasts.
+   * How long a whole publish may take, from the call to the broker's confirm: waiting
+   * for a slot (`maxInFlight`), for the connection, for a socket that does not drain,
+   * for a broker that blocked the connection, and for the confirm. Past it the publish
+   * is rejected: with {@link PublishNotSentError} if it was never written (it never
+   * will be), or {@link PublishNotConfirmedError} if it was (the broker may have it:
+   * publish again, same id). A broker under a memory or disk alarm blocks publishing
+   * connections and stops reading them; without this bound a publish, a consumer's
+   * move and an outbox row would wait for as long as the alarm lasts.
    * @default 30000
    */
   confirmTimeoutMs?: number;
@@ -43,14 +48,32 @@ export interface PublishReceipt {
   readonly messageId: string;
 }
 
+/** A publish written to the channel, awaiting its confirm. */
 interface Pending {
   readonly key: string;
   readonly exchange: string;
   readonly routingKey: string;
   readonly messageId: string | undefined;
-  readonly sentAt: number;
+  readonly deadline: number;
   returned?: string;
   settle(error?: Error): void;
+}
+
+/** A publish waiting in line (for a slot, or to be written), with its deadline. */
+interface Waiter {
+  readonly messageId: string | undefined;
+  readonly deadline: number;
+  /** Takes the publish out of the line for good, with this error. */
+  readonly fail: (error: Error) => void;
+}
+
+interface SlotWaiter extends Waiter {
+  readonly go: () => void;
+}
+
+interface WriteWaiter extends Waiter {
+  /** Writes the message now, synchronously. */
+  readonly write: (ch: amqp.ConfirmChannel) => void;
 }
 
 const DEFAULTS = { maxInFlight: 1000, connectTimeoutMs: 10_000, confirmTimeoutMs: 30_000 } as const;
@@ -58,9 +81,12 @@ const DEFAULTS = { maxInFlight: 1000, connectTimeoutMs: 10_000, confirmTimeoutMs
 /**
  * Publishes with publisher confirms and `mandatory`: `publish()` resolves only once the
  * broker has confirmed the message, and rejects with {@link UnroutableError} when no
- * queue is bound for the key, {@link PublishNackedError} on a nack, and
- * {@link PublishNotConfirmedError} when the connection drops first. It never reports
- * a message as confirmed that was not.
+ * queue is bound for the key, {@link PublishNackedError} on a nack,
+ * {@link PublishNotConfirmedError} when the connection drops first or the confirm is
+ * overdue, and {@link PublishNotSentError} when it could not be written in time (a
+ * broker that blocked the connection, a socket that does not drain). It never reports
+ * a message as confirmed that was not, and never writes a message after its publish
+ * was given up.
  *
  * @example
  * const { messageId } = await warren.publisher.publish('order.created', { orderId: 42 });
@@ -76,13 +102,17 @@ export class Publisher {
   private readonly pendingByKey = new Map<string, Pending[]>();
   private inFlight = 0;
   /** Publishes waiting for a slot, oldest first, from `slotHead` on (a queue without O(n) shifts). */
-  private slotWaiters: Array<(() => void) | undefined> = [];
+  private slotWaiters: Array<SlotWaiter | undefined> = [];
   private slotHead = 0;
-  private drained: Promise<void> | undefined;
+  /** Publishes holding a slot and waiting to be written, oldest first. */
+  private writeWaiters: WriteWaiter[] = [];
+  /** The channel whose write buffer is full, until it drains (or closes). */
+  private fullChannel: amqp.ConfirmChannel | undefined;
   private closed = false;
   /** Why the broker closed a channel (e.g. a publish to an exchange that does not exist). */
   private readonly closeReasons = new WeakMap<amqp.ConfirmChannel, string>();
   private unregister: (() => void) | undefined;
+  private readonly onUnblocked = (): void => this.pump();
 
   constructor(
     private readonly connection: BrokerConnection,
@@ -102,24 +132,54 @@ export class Publisher {
   /** Opens the confirm channel now and after every reconnect. */
   async start(): Promise<void> {
     // One sweep for every publish rather than a timer each: the publish path stays cheap.
-    this.sweeper = setInterval(() => this.expire(), Math.min(1000, Math.ceil(this.confirmTimeoutMs / 2)));
+    this.sweeper = setInterval(() => this.expire(), Math.min(1000, Math.ceil(this.confirmTimeoutMs / 4)));
     this.sweeper.unref();
+    this.connection.on('unblocked', this.onUnblocked);
     this.unregister = await this.connection.onReady(async (model) => {
       this.channel = undefined;
       await this.openChannel(model);
+      this.pump();
     });
   }
 
-  /** Rejects publishes whose confirm is overdue; a late confirm then changes nothing. */
+  /**
+   * Rejects every publish past its deadline, wherever it waits: for a slot, to be
+   * written, or for its confirm. A late confirm then changes nothing, and a publish
+   * given up before it was written is never written.
+   */
   private expire(): void {
-    const before = Date.now() - this.confirmTimeoutMs;
+    const now = Date.now();
+    const blocked = this.connection.blocked;
+    for (let i = this.slotHead; i < this.slotWaiters.length; i++) {
+      const w = this.slotWaiters[i];
+      if (w && w.deadline <= now) {
+        this.slotWaiters[i] = undefined;
+        w.fail(this.notSent(w.messageId, `no free slot within ${this.confirmTimeoutMs} ms (${this.maxInFlight} publishes were awaiting confirms)`, blocked));
+      }
+    }
+    this.skipEmptySlots();
+    if (this.writeWaiters.some((w) => w.deadline <= now)) {
+      const keep: WriteWaiter[] = [];
+      for (const w of this.writeWaiters) {
+        if (w.deadline > now) keep.push(w);
+        else w.fail(this.notSent(w.messageId, `the connection's socket did not drain within ${this.confirmTimeoutMs} ms (the broker is not reading it)`, blocked));
+      }
+      this.writeWaiters = keep;
+    }
     for (const list of [...this.pendingByKey.values()]) {
       for (const entry of [...list]) {
-        if (entry.sentAt <= before) {
-          entry.settle(new PublishNotConfirmedError(entry.messageId, `no confirm from the broker within ${this.confirmTimeoutMs} ms (it may be blocked by a memory or disk alarm)`));
+        if (entry.deadline <= now) {
+          const why = blocked === undefined ? 'it may be blocked by a memory or disk alarm' : `the broker blocked publishing on this connection: ${blocked}`;
+          entry.settle(new PublishNotConfirmedError(entry.messageId, `no confirm from the broker within ${this.confirmTimeoutMs} ms (${why})`));
         }
       }
     }
+  }
+
+  /** The error of a publish given up before it was written; while blocked, the broker's reason. */
+  private notSent(messageId: string | undefined, reason: string, blocked: string | undefined): PublishNotSentError {
+    if (blocked === undefined) return new PublishNotSentError(messageId, reason);
+    return new PublishNotSentError(messageId, `the broker blocked publishing on this connection (${blocked}) and did not unblock within ${this.confirmTimeoutMs} ms`, blocked);
   }
 
   /** Messages sent and not yet confirmed. */
@@ -136,8 +196,13 @@ export class Publisher {
         this.logger.warn('publish channel error', { error: err.message });
       });
       ch.on('return', (msg: amqp.Message) => this.onReturn(msg));
+      ch.on('drain', () => {
+        if (this.fullChannel === ch) this.fullChannel = undefined;
+        this.pump();
+      });
       ch.on('close', () => {
         if (this.channel === ch) this.channel = undefined;
+        if (this.fullChannel === ch) this.fullChannel = undefined;
       });
       this.channel = ch;
       return ch;
@@ -154,19 +219,28 @@ export class Publisher {
     if (entry) entry.returned = `${(msg.fields as { replyCode?: number }).replyCode ?? 312} ${(msg.fields as { replyText?: string }).replyText ?? 'NO_ROUTE'}`;
   }
 
-  private async acquireChannel(): Promise<amqp.ConfirmChannel> {
+  private async acquireChannel(deadline: number): Promise<amqp.ConfirmChannel> {
     if (this.channel) return this.channel;
-    const model = await this.connection.waitReady(this.connectTimeoutMs);
+    const model = await this.connection.waitReady(Math.max(1, Math.min(this.connectTimeoutMs, deadline - Date.now())));
     return this.channel ?? this.openChannel(model);
   }
 
   /** Takes a slot now (returns nothing) or returns a promise of one, handed over by releaseSlot. */
-  private acquireSlot(): Promise<void> | undefined {
+  private acquireSlot(messageId: string | undefined, deadline: number): Promise<void> | undefined {
     if (this.inFlight < this.maxInFlight && this.slotHead === this.slotWaiters.length) {
       this.inFlight += 1;
       return undefined;
     }
-    return new Promise<void>((resolve) => this.slotWaiters.push(resolve));
+    return new Promise<void>((resolve, reject) => this.slotWaiters.push({ messageId, deadline, go: resolve, fail: reject }));
+  }
+
+  /** Moves `slotHead` past waiters that gave up, compacting now and then. */
+  private skipEmptySlots(): void {
+    while (this.slotHead < this.slotWaiters.length && this.slotWaiters[this.slotHead] === undefined) this.slotHead += 1;
+    if (this.slotHead >= 1024 && this.slotHead * 2 >= this.slotWaiters.length) {
+      this.slotWaiters = this.slotWaiters.slice(this.slotHead);
+      this.slotHead = 0;
+    }
   }
 
   /**
@@ -175,15 +249,13 @@ export class Publisher {
    * `Array.shift()` here was quadratic and took most of the publisher's time.
    */
   private releaseSlot(): void {
+    this.skipEmptySlots();
     if (this.slotHead < this.slotWaiters.length) {
       const next = this.slotWaiters[this.slotHead];
       this.slotWaiters[this.slotHead] = undefined;
       this.slotHead += 1;
-      if (this.slotHead >= 1024 && this.slotHead * 2 >= this.slotWaiters.length) {
-        this.slotWaiters = this.slotWaiters.slice(this.slotHead);
-        this.slotHead = 0;
-      }
-      next?.();
+      this.skipEmptySlots();
+      next?.go();
       return;
     }
     this.inFlight -= 1;
@@ -200,28 +272,53 @@ export class Publisher {
   }
 
   /**
-   * Publishes a prepared message with confirm and `mandatory`; resolves when confirmed.
-   * warren moves messages between queues with this.
+   * Publishes a prepared message with confirm and `mandatory`; resolves when confirmed,
+   * and settles within `confirmTimeoutMs` of the call. warren moves messages between
+   * queues with this.
    */
   async send(message: OutgoingMessage): Promise<void> {
     if (this.closed) throw new ClosedError('The publisher');
+    const deadline = Date.now() + this.confirmTimeoutMs;
     // No await where nothing has to wait: this runs once per message.
-    const slot = this.acquireSlot();
+    const slot = this.acquireSlot(message.properties.messageId, deadline);
     if (slot) await slot;
     try {
-      const ch = this.channel ?? (await this.acquireChannel());
-      await this.sendOn(ch, message);
+      const ch = this.channel ?? (await this.acquireChannel(deadline));
+      await this.sendOn(ch, message, deadline);
     } finally {
       this.releaseSlot();
     }
   }
 
-  private sendOn(ch: amqp.ConfirmChannel, message: OutgoingMessage): Promise<void> {
-    if (this.drained) return this.drained.then(() => this.publishOn(ch, message));
-    return this.publishOn(ch, message);
+  /** True when a write may go out now: the broker has not blocked the connection, the socket drained, nobody is ahead. */
+  private writable(): boolean {
+    return this.connection.blocked === undefined && this.fullChannel === undefined && this.writeWaiters.length === 0;
   }
 
-  private publishOn(ch: amqp.ConfirmChannel, message: OutgoingMessage): Promise<void> {
+  private sendOn(ch: amqp.ConfirmChannel, message: OutgoingMessage, deadline: number): Promise<void> {
+    if (this.writable()) return this.publishOn(ch, message, deadline);
+    // Wait in line, unwritten: a publish given up here is never written later, so a
+    // caller's retry after a timeout does not pile copies into the socket buffers.
+    return new Promise<void>((resolve, reject) => {
+      this.writeWaiters.push({
+        messageId: message.properties.messageId,
+        deadline,
+        fail: reject,
+        write: (current) => void this.publishOn(current, message, deadline).then(resolve, reject),
+      });
+    });
+  }
+
+  /** Writes waiting publishes, in order, for as long as the connection takes them. */
+  private pump(): void {
+    const ch = this.channel;
+    if (!ch) return;
+    while (this.writeWaiters.length > 0 && this.connection.blocked === undefined && this.fullChannel === undefined) {
+      (this.writeWaiters.shift() as WriteWaiter).write(ch);
+    }
+  }
+
+  private publishOn(ch: amqp.ConfirmChannel, message: OutgoingMessage, deadline: number): Promise<void> {
     const messageId = message.properties.messageId;
     const key = keyOf(messageId);
     return new Promise<void>((resolve, reject) => {
@@ -230,7 +327,7 @@ export class Publisher {
         exchange: message.exchange,
         routingKey: message.routingKey,
         messageId,
-        sentAt: Date.now(),
+        deadline,
         settle: (error?: Error) => {
           const list = this.pendingByKey.get(key);
           if (list) {
@@ -262,19 +359,8 @@ export class Publisher {
         entry.settle(new PublishNotConfirmedError(messageId, `the channel refused the publish (${error instanceof Error ? error.message : String(error)})`, { cause: error }));
         return;
       }
-      if (!writable && !this.drained) {
-        // The socket buffer is full: hold further writes until it drains.
-        this.drained = new Promise<void>((r) => {
-          const done = () => {
-            ch.off('drain', done);
-            ch.off('close', done);
-            this.drained = undefined;
-            r();
-          };
-          ch.once('drain', done);
-          ch.once('close', done);
-        });
-      }
+      // The channel's write buffer is full: hold further writes until it drains.
+      if (!writable) this.fullChannel = ch;
     });
   }
 
@@ -283,15 +369,19 @@ export class Publisher {
     if (this.closed) return;
     this.closed = true;
     this.unregister?.();
+    this.connection.off('unblocked', this.onUnblocked);
     clearInterval(this.sweeper);
+    for (const w of this.writeWaiters.splice(0)) w.fail(new ClosedError('The publisher'));
     const ch = this.channel;
     this.channel = undefined;
     if (ch) {
       // Bounded: a broker that stopped reading (a resource alarm) must not hang shutdown.
       let timer: NodeJS.Timeout | undefined;
-      await Promise.race([ch.waitForConfirms().catch(() => undefined), new Promise((r) => (timer = setTimeout(r, this.connectTimeoutMs)))]);
+      const deadline = new Promise((r) => (timer = setTimeout(r, this.connectTimeoutMs)));
+      await Promise.race([ch.waitForConfirms().catch(() => undefined), deadline]);
+      // The close handshake needs the broker to read too.
+      await Promise.race([ch.close().catch(() => undefined), deadline]);
       clearTimeout(timer);
-      await ch.close().catch(() => undefined);
     }
   }
 }

@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { connectWarren, drain, rawConnection, testTopology } from '../helpers.js';
+import { PublishNotConfirmedError, PublishNotSentError } from '../../src/index.js';
+import { BlockingProxy } from '../../src/publish/testing/blocking-proxy.js';
+import { AMQP_URL, connectWarren, drain, onTeardown, rawConnection, testTopology } from '../helpers.js';
 
 describe('publisher backpressure', () => {
   it('with maxInFlight 5, 200 concurrent publishes never have more than 5 awaiting a confirm, and all are confirmed', async () => {
@@ -34,5 +36,29 @@ describe('publisher backpressure', () => {
     // slot keeps its place in line.
     const inQueue = (await drain(await rawConnection(), c.queue)).map((m) => m.properties.messageId as string);
     expect(inQueue).toEqual(receipts.map((r) => r.messageId));
+  });
+
+  it('bounds the wait for a slot by confirmTimeoutMs: with every slot held by an unconfirmed publish, the rest fail unsent', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('bp')]: { bindings: ['load'] } } }));
+    const c = [...topology.consumers.values()][0]!;
+    const proxy = await BlockingProxy.start(Number(new URL(AMQP_URL).port || 5672));
+    onTeardown(() => proxy.close());
+    const url = new URL(AMQP_URL);
+    url.port = String(proxy.port);
+    const warren = await connectWarren(topology, { url: url.toString(), publisher: { maxInFlight: 2, confirmTimeoutMs: 300 } });
+    onTeardown(async () => proxy.unblock());
+    proxy.stall();
+    const started = Date.now();
+    const outcomes = await Promise.all(Array.from({ length: 5 }, (_, i) => warren.publish('load', { i }, { messageId: `slot-${i}` }).then(() => 'confirmed', (e: unknown) => e)));
+    expect(Date.now() - started).toBeLessThan(3000);
+    expect(outcomes.slice(0, 2).every((o) => o instanceof PublishNotConfirmedError)).toBe(true);
+    for (const o of outcomes.slice(2)) {
+      expect(o).toBeInstanceOf(PublishNotSentError);
+      expect((o as Error).message).toMatch(/no free slot within 300 ms/);
+    }
+    proxy.unblock();
+    await warren.publish('load', { last: true }, { messageId: 'last' });
+    // The two written before the stall arrive; the three that never had a slot never do.
+    expect((await drain(await rawConnection(), c.queue)).map((m) => m.properties.messageId)).toEqual(['slot-0', 'slot-1', 'last']);
   });
 });
