@@ -186,7 +186,9 @@ export class BrokerConnection extends EventEmitter {
   private async closeModel(model: amqp.ChannelModel): Promise<void> {
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<void>((r) => (timer = setTimeout(r, this.connectTimeoutMs)));
-    await Promise.race([model.close().catch(() => undefined), late]);
+    // A socket that drops mid-close ends it too (amqplib's close() then never settles).
+    const gone = new Promise<void>((r) => model.once('close', () => r()));
+    await Promise.race([model.close().catch(() => undefined), gone, late]);
     clearTimeout(timer);
   }
 
