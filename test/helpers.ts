@@ -35,19 +35,43 @@ export function testTopology(build: (names: { exchange: string; name: (c: string
   return topology;
 }
 
+/**
+ * Gives a raw amqplib connection an `error` listener, and every channel made from it one
+ * from the moment amqplib hands it over. An 'error' nobody listens to is an uncaught
+ * exception (amqplib's "Unexpected close" when a socket drops) that fails the whole run;
+ * with a listener, the operation that meets the closed connection fails instead.
+ * Returns the connection.
+ */
+export function guarded(conn: amqp.ChannelModel): amqp.ChannelModel {
+  conn.on('error', () => undefined);
+  const plain = conn.createChannel.bind(conn);
+  const confirm = conn.createConfirmChannel.bind(conn);
+  conn.createChannel = async (options?: unknown) => withListener(await plain(options as never));
+  conn.createConfirmChannel = async (options?: unknown) => withListener(await confirm(options as never));
+  return conn;
+}
+
+function withListener<C extends amqp.Channel>(ch: C): C {
+  ch.on('error', () => undefined);
+  return ch;
+}
+
+/** A raw amqplib connection to the broker under test, {@link guarded}; the caller closes it. */
+export async function connectRaw(url = AMQP_URL): Promise<amqp.ChannelModel> {
+  return guarded(await amqp.connect(url, { noDelay: true }));
+}
+
 /** Deletes what a topology declared. Only tests do this; warren never deletes. */
 export async function deleteTopology(topology: Topology): Promise<void> {
-  const conn = await amqp.connect(AMQP_URL, { noDelay: true });
+  const conn = await connectRaw();
   try {
     const spec = topologySpec(topology);
     for (const q of spec.queues) {
       const ch = await conn.createChannel();
-      ch.on('error', () => undefined);
       await ch.deleteQueue(q.name).catch(() => undefined);
       await ch.close().catch(() => undefined);
     }
     const ch = await conn.createChannel();
-    ch.on('error', () => undefined);
     await ch.deleteExchange(topology.exchange).catch(() => undefined);
     await ch.close().catch(() => undefined);
   } finally {
@@ -64,7 +88,7 @@ export async function connectWarren(topology: Topology, options: Partial<WarrenO
 
 /** A raw amqplib connection for inspecting queues, closed after the test. */
 export async function rawConnection(): Promise<amqp.ChannelModel> {
-  const conn = await amqp.connect(AMQP_URL, { noDelay: true });
+  const conn = await connectRaw();
   onTeardown(() => conn.close());
   return conn;
 }

@@ -2,7 +2,7 @@ import * as amqp from 'amqplib';
 import { describe, expect, it } from 'vitest';
 import { declareTopology, defineTopology, ManagementClient, planTopology, TopologyDriftError, verifyTopology, Warren } from '../index.js';
 import { parseInequivalent } from './apply.js';
-import { AMQP_URL, MGMT_URL, deleteTopology, onTeardown, rawConnection, testTopology, uniqueName } from '../../test/helpers.js';
+import { AMQP_URL, MGMT_URL, deleteTopology, guarded, onTeardown, rawConnection, testTopology, uniqueName } from '../../test/helpers.js';
 
 describe('parseInequivalent', () => {
   it('reads the 406 text of a queue argument', () => {
@@ -79,7 +79,7 @@ describe('declaring and verifying', () => {
     const name = uniqueName('drift2');
     const topology = defineTopology({ exchange, consumers: { [name]: { bindings: ['k'] } } });
     onTeardown(() => deleteTopology(topology));
-    const conn = await amqp.connect(AMQP_URL);
+    const conn = guarded(await amqp.connect(AMQP_URL));
     const ch = await conn.createChannel();
     await ch.assertQueue(name, { durable: true });
     await conn.close();

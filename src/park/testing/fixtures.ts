@@ -4,7 +4,7 @@ import * as amqp from 'amqplib';
 import { HEADER } from '../../headers.js';
 import { declareTopology } from '../../topology/apply.js';
 import type { ConsumerTopology, Topology } from '../../topology/declaration.js';
-import { AMQP_URL, onTeardown } from '../../../test/helpers.js';
+import { AMQP_URL, guarded, onTeardown } from '../../../test/helpers.js';
 
 /** What a fake parked message failed with. */
 export interface FakeFailure {
@@ -70,7 +70,7 @@ export function failures(n: number, make: (i: number) => FakeFailure = () => ({}
  * after the test. With it on, every `basic.get` round trip waits for a delayed ACK.
  */
 export async function fastConnection(): Promise<amqp.ChannelModel> {
-  const conn = await amqp.connect(AMQP_URL, { noDelay: true });
+  const conn = guarded(await amqp.connect(AMQP_URL, { noDelay: true }));
   onTeardown(() => conn.close());
   return conn;
 }
