@@ -45,7 +45,7 @@ describe('declaring and verifying', () => {
     // Same tier name, other TTL: simulate an operator who changed a queue by hand.
     const ch = await conn.createChannel();
     await ch.deleteQueue(`${name}.retry.100ms`);
-    await ch.assertQueue(`${name}.retry.100ms`, { durable: true, arguments: { 'x-message-ttl': 999 } });
+    await ch.assertQueue(`${name}.retry.100ms`, { durable: true, arguments: { 'x-message-ttl': 999_000 } });
     ch.sendToQueue(`${name}.retry.100ms`, Buffer.from('keep me'));
     await ch.close();
 
@@ -66,8 +66,8 @@ describe('declaring and verifying', () => {
       const viaApi = await planTopology(conn, after, api);
       expect(viaApi.method).toBe('management');
       const args = viaApi.drift.map((d) => `${d.argument}:${String(d.expected)}:${String(d.actual)}`).sort();
-      expect(args).toEqual(['x-dead-letter-exchange::undefined', `x-dead-letter-routing-key:${name}:undefined`, 'x-message-ttl:100:999']);
-      await expect(verifyTopology(conn, after, api)).rejects.toThrow(/x-message-ttl is 999 on the broker, the declaration wants 100/);
+      expect(args).toEqual(['x-dead-letter-exchange::undefined', `x-dead-letter-routing-key:${name}:undefined`, 'x-message-ttl:100:999000']);
+      await expect(verifyTopology(conn, after, api)).rejects.toThrow(/x-message-ttl is 999000 on the broker, the declaration wants 100/);
     }
     const check = await conn.createChannel();
     expect((await check.checkQueue(`${name}.retry.100ms`)).messageCount).toBe(1);
