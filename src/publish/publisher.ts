@@ -150,9 +150,11 @@ export class Publisher {
   private expire(): void {
     const now = Date.now();
     const blocked = this.connection.blocked;
+    // Deadlines in the slot line rise from head to tail: stop at the first one not due.
     for (let i = this.slotHead; i < this.slotWaiters.length; i++) {
       const w = this.slotWaiters[i];
-      if (w && w.deadline <= now) {
+      if (w && w.deadline > now) break;
+      if (w) {
         this.slotWaiters[i] = undefined;
         w.fail(this.notSent(w.messageId, `no free slot within ${this.confirmTimeoutMs} ms (${this.maxInFlight} publishes were awaiting confirms)`, blocked));
       }
