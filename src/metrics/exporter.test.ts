@@ -31,7 +31,7 @@ async function exporter(args: readonly string[], env: Record<string, string>): P
     if (child.exitCode !== null) throw new Error(`warren metrics exited ${child.exitCode}: ${stderr}`);
     url = /on (http:\/\/\S+\/metrics)/.exec(stderr)?.[1];
     return url !== undefined;
-  }, 'the exporter to say where it serves');
+  }, 'the exporter to say where it serves', 30_000);
   return { url: url as string, child, stderr: () => stderr };
 }
 
@@ -80,7 +80,7 @@ describe('warren metrics', () => {
     const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
     child.kill('SIGTERM');
     expect(await exited).toBe(0);
-  });
+  }, 90_000);
 
   it('without the management API, serves depths over AMQP; bad flags are usage errors', async () => {
     const mod = await topologyModule(({ exchange, name }) => ({ exchange, consumers: { billing: { queue: name('billing'), bindings: ['order.created'] } } }));
@@ -89,20 +89,21 @@ describe('warren metrics', () => {
     const samples = parseScrape(await (await fetch(url)).text());
     expect(valueOf(samples, 'warren_broker_up', { source: 'amqp' })).toBe(1);
     expect(valueOf(samples, 'warren_queue_messages_ready', { consumer: 'billing', role: 'work' })).toBe(0);
-    for (const [args, message] of [
+    const bad = [
       [['--listen', 'nowhere'], /--listen: "nowhere" is not HOST:PORT/],
       [['--listen', '127.0.0.1:99999'], /--listen/],
       [['--cache', 'soon'], /--cache/],
       [['--db', 'mysql://x'], /--db/],
-    ] as const) {
-      const r = await warren(['metrics', ...args], { env: mod.env });
+    ] as const;
+    const runs = await Promise.all(bad.map(([args]) => warren(['metrics', ...args], { env: mod.env, timeoutMs: 60_000 })));
+    runs.forEach((r, i) => {
       expect(r.code, r.stderr).toBe(2);
-      expect(r.stderr).toMatch(message);
-    }
-    const help = await warren(['metrics', '--help']);
+      expect(r.stderr).toMatch(bad[i]?.[1] as RegExp);
+    });
+    const help = await warren(['metrics', '--help'], { timeoutMs: 60_000 });
     expect(help.stdout).toContain('--listen HOST:PORT');
     expect(help.stdout).toContain('--topology');
-  });
+  }, 90_000);
 });
 
 describe('prom-client is optional', () => {
@@ -118,7 +119,7 @@ describe('prom-client is optional', () => {
       expect(r.stdout + r.stderr, entry).toContain('loaded');
       expect(r.status, entry).toBe(0);
     }
-  });
+  }, 90_000);
 
   it("importing 'warren/metrics' does (so the check above can fail)", () => {
     const r = load('dist/metrics/index.js');
