@@ -4,17 +4,18 @@
  * depend on the machine and on what else runs on it.
  *
  *   npm run bench                 all of them
- *   npm run bench -- core stores  some of them (core, stores, replay, retry)
+ *   npm run bench -- core stores  some of them (core, stores, replay, retry, metrics)
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { benchCore } from './consume.js';
+import { benchMetrics } from './metrics.js';
 import { benchReplay } from './replay.js';
 import { printRows, type BenchRow } from './report.js';
 import { benchRetryTable } from './retry-table.js';
 import { benchStores } from './stores.js';
 
-const suites: Record<string, () => Promise<BenchRow[]>> = { core: benchCore, stores: benchStores, replay: benchReplay, retry: benchRetryTable };
+const suites: Record<string, () => Promise<BenchRow[]>> = { core: benchCore, stores: benchStores, replay: benchReplay, retry: benchRetryTable, metrics: benchMetrics };
 const wanted = process.argv.slice(2).filter((a) => !a.startsWith('-'));
 for (const name of wanted) {
   if (!(name in suites)) {

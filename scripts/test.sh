@@ -45,6 +45,7 @@ fi
 # PostgreSQL (and the 3.10 broker) come from services.sh even when only 4.0
 # is tested: the store tests need the database either way.
 bash scripts/services.sh
+bash scripts/prometheus.sh   # promtool, for the tests of monitoring/
 if [[ " ${brokers[*]} " == *" 4.0 "* ]]; then
   if ! bash scripts/rabbitmq4.sh start; then
     say "the RabbitMQ 4.0 broker is not available; fix that, or test against" \

@@ -1,3 +1,4 @@
+import { EventEmitter } from 'node:events';
 import { BrokerConnection, type ConnectionOptions } from './connection/index.js';
 import { Consumer } from './consume/consumer.js';
 import type { ConsumerOptions, Handler } from './consume/types.js';
@@ -32,8 +33,10 @@ export interface WarrenOptions extends ConnectionOptions {
  * await warren.publish('order.created', { orderId: 42 });
  * // on SIGTERM:
  * await warren.close();
+ *
+ * Events: `consumer` (the {@link Consumer}) when `consume()` makes one, before it attaches.
  */
-export class Warren {
+export class Warren extends EventEmitter {
   /** The connection consumers and the topology use. */
   readonly connection: BrokerConnection;
   /**
@@ -56,6 +59,7 @@ export class Warren {
   private closed = false;
 
   private constructor(options: WarrenOptions) {
+    super();
     this.topology = options.topology;
     this.logger = options.logger ?? silentLogger;
     this.connection = new BrokerConnection(options);
@@ -94,9 +98,15 @@ export class Warren {
   async consume<T = unknown, Tx = undefined>(name: string, handler: Handler<T, Tx>, options: ConsumerOptions<T, Tx> = {}): Promise<Consumer<T, Tx>> {
     if (this.closed) throw new ClosedError('This Warren');
     const consumer = new Consumer<T, Tx>(this.connection, this.mover, this.topology, this.topology.consumer(name), handler, { logger: this.logger, ...options });
+    this.emit('consumer', consumer);
     await consumer.start();
     this.consumers.push(consumer as unknown as Consumer<never, never>);
     return consumer;
+  }
+
+  /** The consumers `consume()` made, closed ones included. */
+  listConsumers(): ReadonlyArray<Consumer<unknown, unknown>> {
+    return this.consumers as unknown as ReadonlyArray<Consumer<unknown, unknown>>;
   }
 
   private management(): ManagementClient | undefined {

@@ -30,7 +30,7 @@ const BROKER_FLAGS = new Set(['topology', 'url', 'management-url']);
  * database alone, so its help leaves out the topology and broker flags.
  */
 function globalFlagsOf(c: Command): FlagSpecs {
-  if (!('db' in c.flags)) return GLOBAL_FLAGS;
+  if (!('db' in c.flags) || 'listen' in c.flags) return GLOBAL_FLAGS;
   return Object.fromEntries(Object.entries(GLOBAL_FLAGS).filter(([name]) => !BROKER_FLAGS.has(name)));
 }
 

@@ -24,6 +24,8 @@ const DEFAULTS = { prefetch: 20, concurrency: 10, timeoutMs: 60_000, shutdownTim
 interface Delivery {
   readonly msg: amqp.ConsumeMessage;
   readonly ch: amqp.Channel;
+  /** performance.now() when its processing started, for the outcome's `durationMs`. */
+  started?: number;
 }
 
 function int(value: number | undefined, fallback: number, option: string, min: number, max: number): number {
@@ -288,7 +290,8 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     }
   }
 
-  private count(outcome: Outcome): void {
+  private count(outcome: Outcome, d?: Delivery): void {
+    if (d?.started !== undefined) (outcome as { durationMs?: number }).durationMs = performance.now() - d.started;
     switch (outcome.kind) {
       case 'acked': this.stats.acked++; break;
       case 'duplicate': this.stats.duplicate++; break;
@@ -318,6 +321,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
 
   private async process(d: Delivery): Promise<void> {
     const { msg } = d;
+    d.started = performance.now();
     const messageId = msg.properties.messageId as string | undefined;
     const headers = (msg.properties.headers ?? {}) as Record<string, unknown>;
     const attempts = readAttempts(headers, this.retryQueueSet);
@@ -335,7 +339,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
         return;
       }
       if (error instanceof DuplicateDelivery) {
-        if (this.ack(d)) this.count({ kind: 'duplicate', messageId });
+        if (this.ack(d)) this.count({ kind: 'duplicate', messageId }, d);
         return;
       }
       if (error instanceof StoreOutage) {
@@ -357,7 +361,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       await this.retry(d, headers, error, attempts.failed, { countAttempt: true });
       return;
     }
-    if (this.ack(d)) this.count({ kind: 'acked', messageId });
+    if (this.ack(d)) this.count({ kind: 'acked', messageId }, d);
   }
 
   /**
@@ -377,7 +381,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     const redeliveries = (Number.isInteger(previous) && previous >= 0 ? previous : 0) + 1;
     if (redeliveries >= limit) throw new ParkNow('crash-loop', new CrashLoopError(this.name, redeliveries + 1));
     const moved = await this.move(d, this.declaration.queue, { ...headers, ...this.origin(d, headers), [HEADER.redeliveries]: redeliveries });
-    if (moved) this.count({ kind: 'redelivery-moved', messageId: d.msg.properties.messageId as string | undefined, redeliveries });
+    if (moved) this.count({ kind: 'redelivery-moved', messageId: d.msg.properties.messageId as string | undefined, redeliveries }, d);
     return true;
   }
 
@@ -549,7 +553,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     }
     if (!this.ack(d)) return; // redelivered; the row is updated, not doubled, next time
     this.logger.info('message waits in the retry table', { consumer: this.name, messageId, dependency: decision.dependency, tenant: decision.tenant, row: stored.id, paused: stored.paused });
-    this.count({ kind: 'waiting', messageId, dependency: decision.dependency, tenant: decision.tenant, row: stored.id, paused: stored.paused, nextAttemptAt: decision.nextAttemptAt, error: recorded });
+    this.count({ kind: 'waiting', messageId, dependency: decision.dependency, tenant: decision.tenant, row: stored.id, paused: stored.paused, nextAttemptAt: decision.nextAttemptAt, error: recorded }, d);
   }
 
   private async retry(d: Delivery, headers: Record<string, unknown>, error: unknown, failed: number, how: { countAttempt: boolean; tier?: number }): Promise<void> {
@@ -569,7 +573,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     };
     if (await this.move(d, queue, next)) {
       this.logger.info('handler failed; retrying later', { consumer: this.name, messageId, attempts: decision.attempts, queue });
-      this.count({ kind: 'retried', messageId, attempts: decision.attempts, queue, error });
+      this.count({ kind: 'retried', messageId, attempts: decision.attempts, queue, error }, d);
     }
   }
 
@@ -587,7 +591,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     };
     if (await this.move(d, this.declaration.parkedQueue, next)) {
       this.logger.warn('message parked', { consumer: this.name, messageId, reason, attempts, error: describeFailure(error).message });
-      this.count({ kind: 'parked', messageId, reason, attempts, error });
+      this.count({ kind: 'parked', messageId, reason, attempts, error }, d);
     }
   }
 

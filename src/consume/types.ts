@@ -92,8 +92,12 @@ export interface ConsumerOptions<T = unknown, Tx = undefined> {
   onOutcome?: (outcome: Outcome) => void;
 }
 
-/** An outcome a consumer reports for each delivery. */
-export type Outcome =
+/**
+ * An outcome a consumer reports for each delivery. `durationMs` is the time from the
+ * start of processing (decode, handler, the move) to the outcome; absent for a message
+ * put back unstarted at shutdown.
+ */
+export type Outcome = { readonly durationMs?: number } & (
   | { readonly kind: 'acked'; readonly messageId: string | undefined }
   | { readonly kind: 'duplicate'; readonly messageId: string | undefined }
   | { readonly kind: 'retried'; readonly messageId: string | undefined; readonly attempts: number; readonly queue: string; readonly error: unknown }
@@ -111,7 +115,8 @@ export type Outcome =
       readonly error: unknown;
     }
   | { readonly kind: 'requeued'; readonly messageId: string | undefined }
-  | { readonly kind: 'redelivery-moved'; readonly messageId: string | undefined; readonly redeliveries: number };
+  | { readonly kind: 'redelivery-moved'; readonly messageId: string | undefined; readonly redeliveries: number }
+);
 
 /** Running totals of a consumer's outcomes. */
 export interface ConsumerStats {

@@ -24,6 +24,10 @@ export interface QueueInfo {
   readonly messages?: number;
   readonly consumers?: number;
   readonly message_stats?: {
+    /** Redeliveries since the queue's stats began (a counter). */
+    readonly redeliver?: number;
+    /** Messages published into the queue since its stats began (a counter). */
+    readonly publish?: number;
     readonly redeliver_details?: { readonly rate?: number };
     readonly deliver_get_details?: { readonly rate?: number };
     readonly publish_details?: { readonly rate?: number };
@@ -80,9 +84,13 @@ export class ManagementClient {
     return this.get<QueueInfo>(`/queues/${encodeURIComponent(this.vhost)}/${encodeURIComponent(name)}`);
   }
 
-  /** Every queue of the vhost. */
-  async queues(): Promise<QueueInfo[]> {
-    return (await this.get<QueueInfo[]>(`/queues/${encodeURIComponent(this.vhost)}`)) ?? [];
+  /**
+   * Every queue of the vhost. `columns` limits what the broker sends to these fields
+   * (dotted for nested ones, e.g. `message_stats.publish`): much less to read on a busy vhost.
+   */
+  async queues(columns?: readonly string[]): Promise<QueueInfo[]> {
+    const query = columns && columns.length > 0 ? `?columns=${columns.map(encodeURIComponent).join(',')}` : '';
+    return (await this.get<QueueInfo[]>(`/queues/${encodeURIComponent(this.vhost)}${query}`)) ?? [];
   }
 
   /** One exchange's type, or `undefined` when it does not exist. */

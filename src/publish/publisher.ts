@@ -1,3 +1,4 @@
+import { EventEmitter } from 'node:events';
 import type * as amqp from 'amqplib';
 import { ClosedError, InvalidOptionError, PublishNackedError, PublishNotConfirmedError, PublishNotSentError, UnroutableError } from '../errors.js';
 import { silentLogger, type Logger } from '../logger.js';
@@ -88,10 +89,13 @@ const DEFAULTS = { maxInFlight: 1000, connectTimeoutMs: 10_000, confirmTimeoutMs
  * a message as confirmed that was not, and never writes a message after its publish
  * was given up.
  *
+ * Events: `settled` (error or undefined, milliseconds from send to the broker's answer or
+ * to giving up) once per publish.
+ *
  * @example
  * const { messageId } = await warren.publisher.publish('order.created', { orderId: 42 });
  */
-export class Publisher {
+export class Publisher extends EventEmitter {
   private readonly maxInFlight: number;
   private readonly connectTimeoutMs: number;
   private readonly confirmTimeoutMs: number;
@@ -119,6 +123,7 @@ export class Publisher {
     private readonly exchange: string,
     options: PublisherOptions = {},
   ) {
+    super();
     const max = options.maxInFlight ?? DEFAULTS.maxInFlight;
     if (!Number.isInteger(max) || max < 1 || max > 100_000) throw new InvalidOptionError('maxInFlight', `${max} is not a whole number from 1 to 100000`);
     this.maxInFlight = max;
@@ -339,6 +344,11 @@ export class Publisher {
           }
           if (error) reject(error);
           else resolve();
+          try {
+            this.emit('settled', error, Date.now() - entry.sentAt);
+          } catch {
+            // A listener's failure is not the publish's: it is settled already.
+          }
         },
       };
       const list = this.pendingByKey.get(key);

@@ -1,0 +1,64 @@
+/**
+ * Every metric warren exposes, in one list: its name, type, help and labels. The
+ * collectors register from here, docs/metrics.md's table is checked against it, and the
+ * shipped alert rules and dashboard are checked against a real scrape.
+ */
+
+/** Where a figure comes from. */
+export type MetricSource = 'application' | 'broker' | 'store';
+
+/** One metric's definition. */
+export interface MetricSpec {
+  readonly name: string;
+  readonly type: 'counter' | 'gauge' | 'histogram';
+  readonly help: string;
+  readonly labels: readonly string[];
+  readonly source: MetricSource;
+}
+
+function m(source: MetricSource, type: MetricSpec['type'], name: string, labels: readonly string[], help: string): MetricSpec {
+  return { name, type, help, labels, source };
+}
+
+export const METRICS = {
+  // --- from the application: consumers --------------------------------------------------
+  deliveries: m('application', 'counter', 'warren_consumer_deliveries_total', ['consumer', 'outcome'], 'Deliveries by outcome: acked, duplicate, retried, parked, waiting (retry table), requeued, redelivery-moved (crash-loop guard).'),
+  retries: m('application', 'counter', 'warren_consumer_retries_total', ['consumer', 'tier', 'delay'], 'Messages sent to a retry tier (tier 1 is the first delay).'),
+  parked: m('application', 'counter', 'warren_consumer_parked_total', ['consumer', 'reason'], 'Messages parked, by reason (permanent-error, max-attempts, invalid-json, invalid-payload, missing-message-id, crash-loop).'),
+  waits: m('application', 'counter', 'warren_consumer_waits_total', ['consumer', 'dependency'], 'Messages stored in the retry table, by the dependency they wait for.'),
+  handlerDuration: m('application', 'histogram', 'warren_consumer_handler_duration_seconds', ['consumer', 'outcome'], 'Time from the start of processing (decode, handler, the move) to the outcome.'),
+  inFlight: m('application', 'gauge', 'warren_consumer_in_flight', ['consumer'], 'Handlers running now.'),
+  attached: m('application', 'gauge', 'warren_consumer_attached', ['consumer'], '1 while the consumer is attached to its queue, 0 while it is not.'),
+  cancellations: m('application', 'counter', 'warren_consumer_cancellations_total', ['consumer'], 'Times the broker cancelled the consumer (its queue was deleted, or it failed over).'),
+  // --- from the application: publisher and connections ---------------------------------
+  publishes: m('application', 'counter', 'warren_publishes_total', ['outcome'], 'Publishes by outcome: confirmed, returned (unroutable), nacked, timed_out (no confirm in time), not_confirmed (the channel closed first).'),
+  confirmDuration: m('application', 'histogram', 'warren_publish_confirm_duration_seconds', [], 'Time from a publish to the broker\'s confirm, for confirmed publishes.'),
+  reconnects: m('application', 'counter', 'warren_connection_reconnects_total', ['connection'], 'Connections made again after a loss (consume or publish connection).'),
+  connectionUp: m('application', 'gauge', 'warren_connection_up', ['connection'], '1 while the connection is up and set up, 0 while it is not.'),
+  // --- from the application's store: outbox and retry table ----------------------------
+  outboxPending: m('store', 'gauge', 'warren_outbox_pending', ['store'], 'Outbox rows waiting for the relay (not sent, not flagged).'),
+  outboxOldestAge: m('store', 'gauge', 'warren_outbox_oldest_pending_age_seconds', ['store'], 'Age of the oldest pending outbox row; 0 when none is pending.'),
+  outboxFlagged: m('store', 'gauge', 'warren_outbox_flagged', ['store'], 'Outbox rows flagged as unpublishable (unroutable); they wait for a person.'),
+  retryRows: m('store', 'gauge', 'warren_retry_table_rows', ['store', 'dependency'], 'Rows in the retry table.'),
+  retryDue: m('store', 'gauge', 'warren_retry_table_due', ['store', 'dependency'], 'Unpaused rows whose next attempt has come: what the scheduler should be sending.'),
+  retryPaused: m('store', 'gauge', 'warren_retry_table_paused', ['store', 'dependency'], 'Paused rows.'),
+  retryUntimed: m('store', 'gauge', 'warren_retry_table_waiting_untimed', ['store'], 'Unpaused rows with no next attempt: they wait for a person.'),
+  retryOldestDue: m('store', 'gauge', 'warren_retry_table_oldest_due_age_seconds', ['store'], 'How long the oldest due row has been due; 0 when none is. Growing: no scheduler drains.'),
+  storeUp: m('store', 'gauge', 'warren_store_up', ['store'], '1 when the last reading of the store\'s figures succeeded, 0 when the database did not answer.'),
+  schedulerMoved: m('application', 'counter', 'warren_retry_scheduler_moved_total', ['scheduler'], 'Retry-table rows a scheduler sent back to their consumer.'),
+  schedulerFailures: m('application', 'counter', 'warren_retry_scheduler_failures_total', ['scheduler'], 'Scheduler passes that failed (the database was unavailable).'),
+  dependencyHealthy: m('application', 'gauge', 'warren_dependency_healthy', ['dependency'], '1 when the dependency\'s last health check passed, 0 when it failed (absent before the first check).'),
+  dependencyPaused: m('application', 'gauge', 'warren_dependency_paused', ['dependency'], '1 while a health check holds the dependency\'s rows paused.'),
+  // --- from the broker, read on scrape --------------------------------------------------
+  queueReady: m('broker', 'gauge', 'warren_queue_messages_ready', ['consumer', 'role', 'queue'], 'Messages ready in the queue; role is work, retry or parked.'),
+  queueUnacked: m('broker', 'gauge', 'warren_queue_messages_unacked', ['consumer', 'role', 'queue'], 'Messages delivered and not yet acknowledged (management API only).'),
+  queueConsumers: m('broker', 'gauge', 'warren_queue_consumers', ['consumer', 'role', 'queue'], 'Consumers attached to the queue.'),
+  queueRedelivered: m('broker', 'counter', 'warren_queue_redelivered_total', ['consumer', 'role', 'queue'], 'Redeliveries from the queue, as the broker counts them (management API only); rate() gives the redelivery rate.'),
+  queuePublished: m('broker', 'counter', 'warren_queue_published_total', ['consumer', 'role', 'queue'], 'Messages published into the queue, as the broker counts them (management API only); rate() gives the inflow.'),
+  queueExists: m('broker', 'gauge', 'warren_queue_exists', ['consumer', 'role', 'queue'], '1 when the declared queue exists, 0 when it does not.'),
+  brokerUp: m('broker', 'gauge', 'warren_broker_up', ['source'], '1 when the last reading of the broker succeeded, by source (management, or amqp when the management API did not answer); 0 when neither answered.'),
+  brokerReadDuration: m('broker', 'gauge', 'warren_broker_read_duration_seconds', [], 'How long the last reading of the broker\'s queue figures took.'),
+} as const satisfies Record<string, MetricSpec>;
+
+/** Every metric, as a list. */
+export const ALL_METRICS: readonly MetricSpec[] = Object.values(METRICS);
