@@ -7,7 +7,7 @@ import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { BrokerConnection } from '../connection/index.js';
 import type { Consumer } from '../consume/consumer.js';
 import type { Outcome } from '../consume/types.js';
-import { InvalidOptionError, PublishNackedError, PublishNotConfirmedError, UnroutableError } from '../errors.js';
+import { InvalidOptionError, PublishNackedError, PublishNotConfirmedError, PublishNotSentError, UnroutableError } from '../errors.js';
 import type { ParkReason } from '../headers.js';
 import { ManagementClient, type ManagementOptions } from '../management/client.js';
 import type { Publisher } from '../publish/publisher.js';
@@ -113,7 +113,7 @@ const HANDLER_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10
 const CONFIRM_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10];
 const OUTCOMES: ReadonlyArray<Outcome['kind']> = ['acked', 'duplicate', 'retried', 'parked', 'waiting', 'requeued', 'redelivery-moved'];
 const PARK_REASONS: readonly ParkReason[] = ['permanent-error', 'max-attempts', 'invalid-json', 'invalid-payload', 'missing-message-id', 'crash-loop'];
-const PUBLISH_OUTCOMES = ['confirmed', 'returned', 'nacked', 'timed_out', 'not_confirmed'] as const;
+const PUBLISH_OUTCOMES = ['confirmed', 'returned', 'nacked', 'timed_out', 'not_confirmed', 'not_sent'] as const;
 type PublishOutcome = (typeof PUBLISH_OUTCOMES)[number];
 
 function checkCacheMs(value: unknown, option: string): number {
@@ -193,6 +193,7 @@ function publishOutcome(error: Error | undefined): PublishOutcome {
   if (error === undefined) return 'confirmed';
   if (error instanceof UnroutableError) return 'returned';
   if (error instanceof PublishNackedError) return 'nacked';
+  if (error instanceof PublishNotSentError) return 'not_sent';
   if (error instanceof PublishNotConfirmedError && /no confirm from the broker within/.test(error.message)) return 'timed_out';
   return 'not_confirmed';
 }

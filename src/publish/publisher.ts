@@ -56,6 +56,8 @@ interface Pending {
   readonly routingKey: string;
   readonly messageId: string | undefined;
   readonly deadline: number;
+  /** When it was written (Date.now()), for the confirm latency in `settled`. */
+  readonly sentAt: number;
   returned?: string;
   settle(error?: Error): void;
 }
@@ -335,6 +337,7 @@ export class Publisher extends EventEmitter {
         routingKey: message.routingKey,
         messageId,
         deadline,
+        sentAt: Date.now(),
         settle: (error?: Error) => {
           const list = this.pendingByKey.get(key);
           if (list) {
