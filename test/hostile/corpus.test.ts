@@ -60,7 +60,7 @@ function handler(payload: unknown, ctx: { headers: Readonly<Record<string, unkno
       throw Object.assign(new Error('odd'), { name: { not: 'a string' }, message: 42, stack: { frames: [] } });
     case 'getters-throw': {
       const e = new Error('x');
-      for (const k of ['name', 'message', 'stack']) Object.defineProperty(e, k, { get: () => { throw new Error(`${k} getter`); } });
+      for (const k of ['stack', 'name', 'message']) Object.defineProperty(e, k, { get: () => { throw new Error(`${k} getter`); } });
       throw e;
     }
     case 'nul-surrogates':
