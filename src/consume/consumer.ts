@@ -92,6 +92,9 @@ function shortName(value: unknown): string | undefined {
   return typeof value === 'string' && value.length <= MAX_NAME_BYTES && Buffer.byteLength(value, 'utf8') <= MAX_NAME_BYTES ? value : undefined;
 }
 
+/** How long a move is tried again while the broker refuses the copy, before the delivery is nacked with requeue. */
+const MOVE_GIVE_UP_MS = 5 * 60_000;
+
 /** Deliveries this process saw in flight when their channel closed, kept this long. */
 const SEEN_IN_FLIGHT_MS = 30 * 60_000;
 const SEEN_IN_FLIGHT_MAX = 10_000;
@@ -826,8 +829,16 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       minimal = true;
     };
     if (headerTableBytes(table) > MAX_HEADER_TABLE_BYTES) fallBack(`${headerTableBytes(table)} bytes of headers, more than ${MAX_HEADER_TABLE_BYTES}`);
+    const giveUpAt = Date.now() + MOVE_GIVE_UP_MS;
     for (let attempt = 1; ; attempt++) {
       if (this.channel !== d.ch) return false; // its channel is gone: the broker redelivers it
+      if (Date.now() > giveUpAt) {
+        // Bounded: well before the broker's consumer timeout (30 min) closes the channel
+        // and takes every other delivery on it back too.
+        this.logger.error(`could not move a message for ${MOVE_GIVE_UP_MS / 60_000} minutes; nacked with requeue, so it will be delivered again`, { consumer: this.name, queue: target, messageId: d.msg.properties.messageId as string | undefined });
+        this.requeue(d);
+        return false;
+      }
       try {
         await this.publisher.send({ exchange: '', routingKey: target, content: d.msg.content, properties: copyProperties(d.msg, table) });
         const acked = this.ack(d);
