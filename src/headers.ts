@@ -33,6 +33,11 @@ export const HEADER = {
   /** The dependency and tenant it last waited for. */
   dependency: 'warren-dependency',
   tenant: 'warren-tenant',
+  /**
+   * Set on a message parked with minimal metadata: the names of the producer's headers
+   * that were dropped because no header table that held them could be encoded.
+   */
+  droppedHeaders: 'warren-dropped-headers',
 } as const;
 
 /** Why a message went to the parked queue. */
@@ -43,6 +48,10 @@ export type ParkReason =
   | 'invalid-payload'
   | 'missing-message-id'
   | 'crash-loop'
+  /** warren's failure headers would not fit the message's header table (the producer's own headers are near the limit). */
+  | 'unencodable-headers'
+  /** Code in the failure path threw (a classifier, a schema, a logger, a bug): parked with minimal metadata rather than left unsettled. */
+  | 'failure-path-error'
   /** An operator sent it from the retry table. */
   | 'operator';
 
@@ -50,3 +59,14 @@ export type ParkReason =
 export const MAX_ERROR_MESSAGE_CHARS = 2000;
 /** Stack frames kept in a header. */
 export const MAX_STACK_FRAMES = 5;
+/** Longest stack frame kept. */
+export const MAX_STACK_FRAME_CHARS = 300;
+/** Longest error class kept (an error's `name` can be anything, of any length). */
+export const MAX_ERROR_CLASS_CHARS = 200;
+/** Longest routing key or exchange name AMQP allows (a short string): longer header values are forged, and ignored. */
+export const MAX_NAME_BYTES = 255;
+/**
+ * Largest header table warren publishes, in encoded bytes. amqplib encodes a header table
+ * into a 64 KiB buffer and refuses a larger one; a little is kept back for safety.
+ */
+export const MAX_HEADER_TABLE_BYTES = 65_000;

@@ -1,15 +1,16 @@
+import { createHash } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type * as amqp from 'amqplib';
 import { ClosedError, HandlerTimeoutError, InvalidOptionError, InvalidPayloadError, UnroutableError, WarrenError } from '../errors.js';
-import { HEADER, type ParkReason } from '../headers.js';
+import { HEADER, MAX_HEADER_TABLE_BYTES, MAX_NAME_BYTES, type ParkReason } from '../headers.js';
 import { silentLogger, type Logger } from '../logger.js';
 import type { BrokerConnection } from '../connection/index.js';
 import { backoffDelay } from '../connection/index.js';
 import { declareTopology } from '../topology/apply.js';
 import type { ConsumerTopology, Topology } from '../topology/declaration.js';
 import type { Publisher } from '../publish/publisher.js';
-import { describeFailure, failureHeaders } from '../park/failure.js';
-import { copyProperties as copyMessageProperties } from '../park/message.js';
+import { describeFailure, failureHeaders, truncate, type FailureInfo } from '../park/failure.js';
+import { copyProperties as copyMessageProperties, fitHeaders, headerTableBytes, withoutBrokerHeaders } from '../park/message.js';
 import { readAttempts } from '../retry/attempts.js';
 import { decideRetry } from '../retry/ladder.js';
 import { uuidv7 } from '../publish/message-id.js';
@@ -26,6 +27,85 @@ interface Delivery {
   readonly ch: amqp.Channel;
   /** performance.now() when its processing started, for the outcome's `durationMs`. */
   started?: number;
+  /** Acked or nacked by this process: nothing more may be done with it. */
+  settled?: boolean;
+}
+
+/** What a move records if it must fall back to parking with minimal metadata. */
+interface Fate {
+  /** The reason to park with; a retry or crash-loop move that cannot be encoded parks as `unencodable-headers`. */
+  readonly reason: ParkReason;
+  readonly attempts: number;
+  readonly failure: FailureInfo;
+}
+
+/**
+ * The thrown value, or a stand-in when it cannot even be inspected (a Proxy whose traps
+ * throw): the failure path asks what it is, and must get an answer.
+ */
+function inspectable(thrown: unknown): unknown {
+  try {
+    void (thrown instanceof Error);
+    if (typeof thrown === 'object' && thrown !== null) void (thrown as { code?: unknown }).code;
+    return thrown;
+  } catch {
+    return new Error('The handler threw a value that cannot be inspected (reading it throws, e.g. a Proxy whose traps throw)');
+  }
+}
+
+/** Text for a log line about any thrown value; never throws. */
+function errorText(error: unknown): string {
+  return describeFailure(error).message;
+}
+
+/** A logger whose methods never throw: a user's logger must not become a message's failure. */
+function guardedLogger(logger: Logger): Logger {
+  const guard = (level: keyof Logger) => (message: string, fields?: Record<string, unknown>) => {
+    try {
+      logger[level](message, fields);
+    } catch {
+      // Nowhere left to say it.
+    }
+  };
+  return { debug: guard('debug'), info: guard('info'), warn: guard('warn'), error: guard('error') };
+}
+
+/** An encoding refusal (a header table too large, a value of no AMQP type) somewhere in an error's causes. */
+function isEncodingError(error: unknown): boolean {
+  let e: unknown = error;
+  for (let i = 0; i < 5 && e instanceof Error; i++) {
+    if (e instanceof RangeError || e instanceof TypeError) return true;
+    e = e.cause;
+  }
+  return false;
+}
+
+/** Body text, or undefined when the body is not valid UTF-8 (`toString` would quietly replace the bad bytes). */
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
+/** A header's value as a whole number at least `min`, or undefined: forged headers can hold anything. */
+function wholeNumber(value: unknown, min: number): number | undefined {
+  const n = typeof value === 'number' ? value : typeof value === 'bigint' ? Number(value) : typeof value === 'string' && /^\s*-?\d{1,16}\s*$/.test(value) ? Number(value) : NaN;
+  return Number.isSafeInteger(n) && n >= min ? n : undefined;
+}
+
+/** A routing key or exchange name from a header, when it could be one (at most 255 bytes). */
+function shortName(value: unknown): string | undefined {
+  return typeof value === 'string' && value.length <= MAX_NAME_BYTES && Buffer.byteLength(value, 'utf8') <= MAX_NAME_BYTES ? value : undefined;
+}
+
+/** How long a move is tried again while the broker refuses the copy, before the delivery is nacked with requeue. */
+const MOVE_GIVE_UP_MS = 5 * 60_000;
+
+/** Deliveries this process saw in flight when their channel closed, kept this long. */
+const SEEN_IN_FLIGHT_MS = 30 * 60_000;
+const SEEN_IN_FLIGHT_MAX = 10_000;
+
+/** Identifies a delivery across redeliveries: its message id, else its body and routing key. */
+function deliveryKey(msg: amqp.ConsumeMessage): string {
+  const id: unknown = msg.properties.messageId;
+  if (typeof id === 'string' && id !== '' && id.length <= 1000) return `id:${id}`;
+  return `body:${createHash('sha1').update(msg.fields.routingKey).update('\0').update(msg.content).digest('base64')}`;
 }
 
 function int(value: number | undefined, fallback: number, option: string, min: number, max: number): number {
@@ -116,6 +196,14 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   private attaching: Promise<void> | undefined;
   private readonly waiting: Delivery[] = [];
   private readonly active = new Set<Promise<void>>();
+  /** Deliveries being processed, for what a closing channel had in flight. */
+  private readonly inFlight = new Set<Delivery>();
+  /**
+   * Deliveries that were in flight (or waiting) when this process saw their channel
+   * close, by {@link deliveryKey}, with when to forget them. Their redelivery is a blip
+   * this process lived through, not a death: the crash-loop guard does not count it.
+   */
+  private readonly seenInFlight = new Map<string, number>();
   private readonly controllers = new Set<HandlerRun<unknown>>();
   private stopping = false;
   private closed = false;
@@ -144,7 +232,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     }
     if (options.classify !== undefined && typeof options.classify !== 'function') throw new InvalidOptionError('classify', 'expected a function (error) => "permanent" | "transient" | undefined');
     if (options.idempotency !== undefined && typeof options.idempotency?.run !== 'function') throw new InvalidOptionError('idempotency', 'expected a guard with a `run(messageId, consumer, work)` method, such as `store.idempotency()`');
-    this.logger = options.logger ?? silentLogger;
+    this.logger = options.logger === undefined ? silentLogger : guardedLogger(options.logger);
     if (options.onOutcome !== undefined) {
       if (typeof options.onOutcome !== 'function') throw new InvalidOptionError('onOutcome', 'expected a function (outcome) => void');
       this.on('outcome', options.onOutcome);
@@ -205,12 +293,37 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   }
 
   private onChannelClose(ch: amqp.Channel): void {
+    this.rememberInFlight(ch);
     // Deliveries waiting on this channel went back to the queue with it: never start them.
     this.forget(ch);
     if (this.channel !== ch) return;
     this.channel = undefined;
     this.consumerTag = undefined;
     if (!this.closed && !this.stopping) this.scheduleReattach('channel closed');
+  }
+
+  /** Notes what `ch` held unsettled as it closed: those redeliveries are blips, not deaths. */
+  private rememberInFlight(ch: amqp.Channel): void {
+    for (const d of this.inFlight) if (d.ch === ch && !d.settled) this.remember(d.msg);
+    for (const d of this.waiting) if (d.ch === ch) this.remember(d.msg);
+  }
+
+  private remember(msg: amqp.ConsumeMessage): void {
+    const now = Date.now();
+    if (this.seenInFlight.size >= SEEN_IN_FLIGHT_MAX) {
+      for (const [k, until] of this.seenInFlight) if (until <= now || this.seenInFlight.size >= SEEN_IN_FLIGHT_MAX) this.seenInFlight.delete(k);
+    }
+    this.seenInFlight.set(deliveryKey(msg), now + SEEN_IN_FLIGHT_MS);
+  }
+
+  /** True (once) when this process saw the delivery's previous channel close with it unsettled. */
+  private wasSeenInFlight(msg: amqp.ConsumeMessage): boolean {
+    if (this.seenInFlight.size === 0) return false;
+    const key = deliveryKey(msg);
+    const until = this.seenInFlight.get(key);
+    if (until === undefined) return false;
+    this.seenInFlight.delete(key);
+    return until > Date.now();
   }
 
   private forget(ch: amqp.Channel): void {
@@ -235,12 +348,13 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       if (this.channel && !this.consumerTag) {
         const old = this.channel;
         this.channel = undefined;
+        this.rememberInFlight(old);
         this.forget(old);
         await old.close().catch(() => undefined);
       }
       await this.attach(model);
     } catch (error) {
-      this.logger.warn('consumer could not re-attach; trying again', { consumer: this.name, why, error: error instanceof Error ? error.message : String(error) });
+      this.logger.warn('consumer could not re-attach; trying again', { consumer: this.name, why, error: errorText(error) });
       this.scheduleReattach(why);
     }
   }
@@ -262,20 +376,19 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   private pump(): void {
     while (!this.stopping && this.active.size < this.concurrency && this.waiting.length > 0) {
       const delivery = this.waiting.shift() as Delivery;
+      this.inFlight.add(delivery);
       // One derived promise per delivery (this runs once per message).
       const run: Promise<void> = this.process(delivery).then(
-        () => this.finished(run),
-        (error: unknown) => {
-          this.logger.error('unexpected failure while settling a delivery; it will be redelivered', { consumer: this.name, error: error instanceof Error ? error.message : String(error) });
-          this.finished(run);
-        },
+        () => this.finished(run, delivery),
+        (error: unknown) => this.lastResort(delivery, error).then(() => this.finished(run, delivery)),
       );
       this.active.add(run);
       this.stats.inFlight = this.active.size;
     }
   }
 
-  private finished(run: Promise<void>): void {
+  private finished(run: Promise<void>, d: Delivery): void {
+    this.inFlight.delete(d);
     this.active.delete(run);
     this.stats.inFlight = this.active.size;
     this.pump();
@@ -284,7 +397,10 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   private requeue(d: Delivery): void {
     try {
       d.ch.nack(d.msg, false, true);
-      this.count({ kind: 'requeued', messageId: d.msg.properties.messageId as string | undefined });
+      d.settled = true;
+      // Its redelivery is no death; this process put it back itself.
+      this.remember(d.msg);
+      this.count({ kind: 'requeued', messageId: d.msg.properties.messageId as string | undefined }, d);
     } catch {
       // The channel is gone; the broker requeues the message itself.
     }
@@ -305,13 +421,14 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       this.emit('outcome', outcome);
     } catch (error) {
       // A listener's failure must not become the message's failure: it is already settled.
-      this.logger.error('an outcome listener threw', { consumer: this.name, outcome: outcome.kind, error: error instanceof Error ? error.message : String(error) });
+      this.logger.error('an outcome listener threw', { consumer: this.name, outcome: outcome.kind, error: errorText(error) });
     }
   }
 
   private ack(d: Delivery): boolean {
     try {
       d.ch.ack(d.msg);
+      d.settled = true;
       return true;
     } catch {
       // The channel closed: the broker will redeliver, and idempotency makes that harmless.
@@ -333,65 +450,120 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       const decoded = this.decode(msg, messageId);
       payload = decoded instanceof Promise ? await decoded : decoded;
       await this.runHandler(d, payload, messageId, headers, attempts.failed);
-    } catch (error) {
-      if (error instanceof ParkNow) {
-        await this.park(d, headers, error.reason, error.error, attempts.failed + 1);
-        return;
-      }
-      if (error instanceof DuplicateDelivery) {
-        if (this.ack(d)) this.count({ kind: 'duplicate', messageId }, d);
-        return;
-      }
-      if (error instanceof StoreOutage) {
-        await this.retry(d, headers, error.cause, attempts.failed, { countAttempt: false, tier: 0 });
-        return;
-      }
-      // A permanent failure parks even when a broad rule would match it; only an explicit
-      // WaitForConditionError overrides the classifier.
-      const permanent = !isWaitForCondition(error) && classifyFailure(error, this.options.classify) === 'permanent';
-      const waiting = !permanent && (isWaitForCondition(error) || this.options.retryTable?.rules?.length) ? this.waitDecision(d, error, payload as T, messageId, headers, attempts.failed) : undefined;
-      if (waiting !== undefined) {
-        await this.wait(d, headers, error, waiting, attempts.failed);
-        return;
-      }
-      if (permanent) {
-        await this.park(d, headers, 'permanent-error', error, attempts.failed + 1);
-        return;
-      }
-      await this.retry(d, headers, error, attempts.failed, { countAttempt: true });
+    } catch (caught) {
+      await this.fail(d, headers, inspectable(caught), payload, messageId, attempts.failed);
       return;
     }
     if (this.ack(d)) this.count({ kind: 'acked', messageId }, d);
   }
 
+  /** Takes a failed delivery where it belongs: parked, the retry table, or the next retry tier. */
+  private async fail(d: Delivery, headers: Record<string, unknown>, error: unknown, payload: T | undefined, messageId: string | undefined, failed: number): Promise<void> {
+    if (error instanceof ParkNow) {
+      await this.park(d, headers, error.reason, error.error, failed + 1);
+      return;
+    }
+    if (error instanceof DuplicateDelivery) {
+      if (this.ack(d)) this.count({ kind: 'duplicate', messageId }, d);
+      return;
+    }
+    if (error instanceof StoreOutage) {
+      await this.retry(d, headers, error.cause, failed, { countAttempt: false, tier: 0 });
+      return;
+    }
+    // A permanent failure parks even when a broad rule would match it; only an explicit
+    // WaitForConditionError overrides the classifier.
+    const asksToWait = isWaitForCondition(error);
+    const permanent = !asksToWait && this.classify(error, messageId) === 'permanent';
+    const waiting = !permanent && (asksToWait || this.options.retryTable?.rules?.length) ? this.waitDecision(d, error, payload as T, messageId, headers, failed) : undefined;
+    if (waiting !== undefined) {
+      await this.wait(d, headers, error, waiting, failed);
+      return;
+    }
+    if (permanent) {
+      await this.park(d, headers, 'permanent-error', error, failed + 1);
+      return;
+    }
+    await this.retry(d, headers, error, failed, { countAttempt: true });
+  }
+
+  /** The user's classifier, then warren's rules; a classifier that throws leaves the decision to warren's rules. */
+  private classify(error: unknown, messageId: string | undefined): 'permanent' | 'transient' {
+    try {
+      return classifyFailure(error, this.options.classify);
+    } catch (e) {
+      this.logger.error("the `classify` option threw; warren's own rules decide (fix the classifier: it must return for any value)", { consumer: this.name, messageId, error: errorText(e) });
+      return classifyFailure(error);
+    }
+  }
+
+  /**
+   * The last resort, for a delivery whose failure path itself threw (a bug, or user
+   * code warren did not expect to throw): park it with minimal metadata. If even that
+   * cannot be done, nack it with requeue, so the broker has it back at once rather than
+   * after its consumer timeout. Never throws.
+   */
+  private async lastResort(d: Delivery, thrown: unknown): Promise<void> {
+    const messageId = d.msg.properties.messageId as string | undefined;
+    try {
+      if (d.settled) {
+        this.logger.error('a failure after the delivery was settled', { consumer: this.name, messageId, error: errorText(thrown) });
+        return;
+      }
+      if (this.channel !== d.ch) {
+        this.logger.error('the failure path threw and the channel is gone; the broker redelivers the message', { consumer: this.name, messageId, error: errorText(thrown) });
+        return;
+      }
+      this.logger.error('the failure path threw; parking the message with minimal metadata', { consumer: this.name, messageId, error: errorText(thrown) });
+      const headers = (d.msg.properties.headers ?? {}) as Record<string, unknown>;
+      const attempts = readAttempts(headers, this.retryQueueSet).failed + 1;
+      const fate: Fate = { reason: 'failure-path-error', attempts, failure: describeFailure(thrown) };
+      if (await this.move(d, this.declaration.parkedQueue, this.minimalHeaders(d, fate, this.declaration.parkedQueue), fate)) {
+        this.count({ kind: 'parked', messageId, reason: fate.reason, attempts, error: thrown }, d);
+      }
+    } catch (error) {
+      if (d.settled || this.channel !== d.ch) return;
+      this.logger.error('could not park a message whose failure path threw; nacked with requeue, so it will be delivered again', { consumer: this.name, messageId, error: errorText(error) });
+      this.requeue(d);
+    }
+  }
+
   /**
    * A redelivered message had no outcome last time: the process died on it, or the
-   * channel closed. Quorum queues count deliveries themselves; on classic queues the
-   * message is moved to the back of the queue with warren's own count. Returns true
-   * when the delivery was settled here.
+   * channel closed. A channel this process saw close is a blip, not a death, and is not
+   * counted. Quorum queues count deliveries themselves; on classic queues the message is
+   * moved to the back of the queue with warren's own count. Returns true when the
+   * delivery was settled here.
    */
   private async guardCrashLoop(d: Delivery, headers: Record<string, unknown>): Promise<boolean> {
+    if (this.wasSeenInFlight(d.msg)) return false;
     const limit = this.declaration.crashLimit;
     if (this.declaration.queueType === 'quorum') {
-      const count = Number(headers['x-delivery-count'] ?? 1);
-      if (Number.isFinite(count) && count >= limit) throw new ParkNow('crash-loop', new CrashLoopError(this.name, count + 1));
+      const count = wholeNumber(headers['x-delivery-count'], 0) ?? 1;
+      if (count >= limit) throw new ParkNow('crash-loop', new CrashLoopError(this.name, count + 1));
       return false;
     }
-    const previous = Number(headers[HEADER.redeliveries] ?? 0);
-    const redeliveries = (Number.isInteger(previous) && previous >= 0 ? previous : 0) + 1;
+    const redeliveries = (wholeNumber(headers[HEADER.redeliveries], 0) ?? 0) + 1;
     if (redeliveries >= limit) throw new ParkNow('crash-loop', new CrashLoopError(this.name, redeliveries + 1));
-    const moved = await this.move(d, this.declaration.queue, { ...headers, ...this.origin(d, headers), [HEADER.redeliveries]: redeliveries });
+    const fate: Fate = { reason: 'unencodable-headers', attempts: readAttempts(headers, this.retryQueueSet).failed, failure: describeFailure(new CrashLoopError(this.name, redeliveries + 1)) };
+    const moved = await this.move(d, this.declaration.queue, { ...headers, ...this.origin(d, headers), [HEADER.redeliveries]: redeliveries }, fate);
     if (moved) this.count({ kind: 'redelivery-moved', messageId: d.msg.properties.messageId as string | undefined, redeliveries }, d);
     return true;
   }
 
   /** Parses (and validates, when there is a schema) the body; synchronous without a schema. */
   private decode(msg: amqp.ConsumeMessage, messageId: string | undefined): T | Promise<T> {
+    let text: string;
+    try {
+      text = utf8.decode(msg.content);
+    } catch (error) {
+      throw new ParkNow('invalid-json', new InvalidPayloadError(`The body is not valid UTF-8, so it is not JSON; ${msg.content.length} bytes, content type ${msg.properties.contentType ?? 'not set'}.`, [], { cause: error }));
+    }
     let value: unknown;
     try {
-      value = JSON.parse(msg.content.toString('utf8'));
+      value = JSON.parse(text);
     } catch (error) {
-      throw new ParkNow('invalid-json', new InvalidPayloadError(`The body is not valid JSON (${error instanceof Error ? error.message : String(error)}); ${msg.content.length} bytes, content type ${msg.properties.contentType ?? 'not set'}.`, [], { cause: error }));
+      throw new ParkNow('invalid-json', new InvalidPayloadError(`The body is not valid JSON (${errorText(error)}); ${msg.content.length} bytes, content type ${msg.properties.contentType ?? 'not set'}.`, [], { cause: error }));
     }
     if (messageId === undefined || messageId === '') {
       if (this.options.idempotency) {
@@ -404,7 +576,15 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   }
 
   private async validate(schema: NonNullable<ConsumerOptions<T, Tx>['schema']>, value: unknown): Promise<T> {
-    const result = await schema['~standard'].validate(value);
+    let result: Awaited<ReturnType<typeof schema['~standard']['validate']>>;
+    try {
+      result = await schema['~standard'].validate(value);
+    } catch (error) {
+      throw new ParkNow('invalid-payload', new InvalidPayloadError(`The schema threw instead of returning issues (${errorText(error)}); the payload is treated as invalid. Fix the schema so it returns issues for any value, then replay.`, [], { cause: error }));
+    }
+    if (typeof result !== 'object' || result === null) {
+      throw new ParkNow('invalid-payload', new InvalidPayloadError('The schema returned neither a value nor issues; the payload is treated as invalid. Fix the schema, then replay.'));
+    }
     if (result.issues) {
       const issues = formatIssues(result.issues);
       throw new ParkNow('invalid-payload', new InvalidPayloadError(`The payload does not match the schema: ${issues.slice(0, 10).join('; ')}`, issues));
@@ -483,7 +663,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     try {
       decision = decideWait(error, policy, payload, context, new Date());
     } catch (e) {
-      this.logger.error('the retry-table policy threw (a tenant function?); the retry ladder takes the message', { consumer: this.name, messageId, error: e instanceof Error ? e.message : String(e) });
+      this.logger.error('the retry-table policy threw (a tenant function?); the retry ladder takes the message', { consumer: this.name, messageId, error: errorText(e) });
       return undefined;
     }
     if (decision !== undefined && policy === undefined) {
@@ -503,8 +683,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     const policy = this.options.retryTable as RetryTablePolicy<T>;
     const messageId = d.msg.properties.messageId as string | undefined;
     const recorded = recordedFailure(error);
-    const previous = Number(headers[HEADER.waits] ?? 0);
-    const waits = (Number.isInteger(previous) && previous > 0 ? previous : 0) + 1;
+    const waits = (wholeNumber(headers[HEADER.waits], 0) ?? 0) + 1;
     if (waits > (policy.maxAttempts ?? DEFAULT_WAIT_ATTEMPTS)) {
       await this.park(d, headers, 'max-attempts', recorded, failed + 1);
       return;
@@ -546,7 +725,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
         }
         // Not an outage: the same insert would fail again. The ladder takes the message,
         // counting the attempt, so it is parked at the cap rather than going round forever.
-        this.logger.error('could not store the message in the retry table; the retry ladder takes it', { consumer: this.name, messageId, error: e instanceof Error ? e.message : String(e) });
+        this.logger.error('could not store the message in the retry table; the retry ladder takes it', { consumer: this.name, messageId, error: errorText(e) });
         await this.retry(d, headers, error, failed, { countAttempt: true });
         return;
       }
@@ -564,14 +743,15 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       return;
     }
     const queue = this.declaration.retryQueues[decision.tier] as string;
+    const failure = describeFailure(error);
     const next = {
       ...headers,
       ...this.origin(d, headers),
-      ...failureHeaders(describeFailure(error), headers, new Date()),
+      ...failureHeaders(failure, headers, new Date()),
       [HEADER.attempts]: decision.attempts,
       [HEADER.consumer]: this.name,
     };
-    if (await this.move(d, queue, next)) {
+    if (await this.move(d, queue, next, { reason: 'unencodable-headers', attempts: decision.attempts, failure })) {
       this.logger.info('handler failed; retrying later', { consumer: this.name, messageId, attempts: decision.attempts, queue });
       this.count({ kind: 'retried', messageId, attempts: decision.attempts, queue, error }, d);
     }
@@ -580,52 +760,111 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   private async park(d: Delivery, headers: Record<string, unknown>, reason: ParkReason, error: unknown, attempts: number): Promise<void> {
     const messageId = d.msg.properties.messageId as string | undefined;
     const now = new Date();
+    const failure = describeFailure(error);
     const next = {
       ...headers,
       ...this.origin(d, headers),
-      ...failureHeaders(describeFailure(error), headers, now),
+      ...failureHeaders(failure, headers, now),
       [HEADER.attempts]: attempts,
       [HEADER.consumer]: this.name,
       [HEADER.parkedReason]: reason,
       [HEADER.parkedAt]: now.toISOString(),
     };
-    if (await this.move(d, this.declaration.parkedQueue, next)) {
-      this.logger.warn('message parked', { consumer: this.name, messageId, reason, attempts, error: describeFailure(error).message });
+    if (await this.move(d, this.declaration.parkedQueue, next, { reason, attempts, failure })) {
+      this.logger.warn('message parked', { consumer: this.name, messageId, reason, attempts, error: failure.message });
       this.count({ kind: 'parked', messageId, reason, attempts, error }, d);
     }
   }
 
-  /** The original exchange and routing key, kept from the first failure on. */
+  /**
+   * The original exchange and routing key, kept from the first failure on. A header that
+   * could not be a name (not text, or over 255 bytes) is forged: the delivery's own is used.
+   */
   private origin(d: Delivery, headers: Record<string, unknown>): Record<string, string> {
     return {
-      [HEADER.exchange]: typeof headers[HEADER.exchange] === 'string' ? (headers[HEADER.exchange] as string) : d.msg.fields.exchange,
-      [HEADER.routingKey]: typeof headers[HEADER.routingKey] === 'string' ? (headers[HEADER.routingKey] as string) : d.msg.fields.routingKey,
+      [HEADER.exchange]: shortName(headers[HEADER.exchange]) ?? d.msg.fields.exchange,
+      [HEADER.routingKey]: shortName(headers[HEADER.routingKey]) ?? d.msg.fields.routingKey,
     };
+  }
+
+  /**
+   * The headers of a copy parked with minimal metadata, when the full ones cannot be
+   * encoded: warren's essentials, bounded small, and the producer's headers (warren's
+   * old ones dropped). Producer headers that alone exceed the limit are dropped, largest
+   * first, and named in `warren-dropped-headers`.
+   */
+  private minimalHeaders(d: Delivery, fate: Fate, queue: string): Record<string, unknown> {
+    const headers = (d.msg.properties.headers ?? {}) as Record<string, unknown>;
+    const now = new Date().toISOString();
+    const own: Record<string, unknown> = {
+      ...this.origin(d, headers),
+      [HEADER.consumer]: this.name,
+      [HEADER.attempts]: fate.attempts,
+      [HEADER.parkedReason]: queue === this.declaration.parkedQueue ? fate.reason : 'unencodable-headers',
+      [HEADER.parkedAt]: now,
+      [HEADER.errorClass]: truncate(fate.failure.errorClass, 100),
+      [HEADER.errorMessage]: truncate(fate.failure.message, 300),
+      [HEADER.lastFailedAt]: now,
+    };
+    const producer: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(headers)) if (!k.startsWith('warren-')) producer[k] = v;
+    const fitted = fitHeaders(own, producer, MAX_HEADER_TABLE_BYTES - 1_200);
+    if (fitted.dropped.length > 0) fitted.headers[HEADER.droppedHeaders] = truncate(fitted.dropped.join(', '), 1_000);
+    return fitted.headers;
   }
 
   /**
    * Publishes a copy to `queue` (through the default exchange, so it reaches that
    * queue alone) and waits for the confirm, then acks the original. While the publish
    * fails, the original stays unacked and the move is tried again; if the channel
-   * closes meanwhile the broker redelivers it. Returns true when acked.
+   * closes meanwhile the broker redelivers it. A copy whose headers cannot be encoded
+   * (the producer's own headers fill the table) is never tried again as it is: it is
+   * parked with minimal metadata (see {@link minimalHeaders}), counted here. Returns true
+   * when moved as asked and acked.
    */
-  private async move(d: Delivery, queue: string, headers: Record<string, unknown>): Promise<boolean> {
-    const properties = copyProperties(d.msg, headers);
+  private async move(d: Delivery, queue: string, headers: Record<string, unknown>, fate: Fate): Promise<boolean> {
+    let target = queue;
+    let table = withoutBrokerHeaders(headers);
+    let minimal = false;
+    const fallBack = (why: string): void => {
+      this.logger.error('the copy\'s headers cannot be encoded; parking it with minimal metadata instead', { consumer: this.name, messageId: d.msg.properties.messageId as string | undefined, queue, why });
+      target = this.declaration.parkedQueue;
+      table = this.minimalHeaders(d, fate, queue);
+      minimal = true;
+    };
+    if (headerTableBytes(table) > MAX_HEADER_TABLE_BYTES) fallBack(`${headerTableBytes(table)} bytes of headers, more than ${MAX_HEADER_TABLE_BYTES}`);
+    const giveUpAt = Date.now() + MOVE_GIVE_UP_MS;
     for (let attempt = 1; ; attempt++) {
       if (this.channel !== d.ch) return false; // its channel is gone: the broker redelivers it
+      if (Date.now() > giveUpAt) {
+        // Bounded: well before the broker's consumer timeout (30 min) closes the channel
+        // and takes every other delivery on it back too.
+        this.logger.error(`could not move a message for ${MOVE_GIVE_UP_MS / 60_000} minutes; nacked with requeue, so it will be delivered again`, { consumer: this.name, queue: target, messageId: d.msg.properties.messageId as string | undefined });
+        this.requeue(d);
+        return false;
+      }
       try {
-        await this.publisher.send({ exchange: '', routingKey: queue, content: d.msg.content, properties });
-        return this.ack(d);
+        await this.publisher.send({ exchange: '', routingKey: target, content: d.msg.content, properties: copyProperties(d.msg, table) });
+        const acked = this.ack(d);
+        if (!minimal) return acked;
+        // Parked instead of moved as asked: counted here, and the caller's outcome is not.
+        if (acked) this.count({ kind: 'parked', messageId: d.msg.properties.messageId as string | undefined, reason: String(table[HEADER.parkedReason]), attempts: fate.attempts, error: fate.failure }, d);
+        return false;
       } catch (error) {
         if (error instanceof ClosedError) return false;
-        this.logger.error('could not move a message; it stays unacked and the move is tried again', { consumer: this.name, queue, attempt, error: error instanceof Error ? error.message : String(error) });
+        if (isEncodingError(error)) {
+          if (minimal) throw error; // the last resort nacks it
+          fallBack(errorText(error));
+          continue;
+        }
+        this.logger.error('could not move a message; it stays unacked and the move is tried again', { consumer: this.name, queue: target, attempt, error: errorText(error) });
         if (this.channel !== d.ch) return false; // its channel is gone: the broker redelivers it
         if (error instanceof UnroutableError) {
           // Someone deleted a retry or parked queue: declare this consumer's queues again.
           await this.connection
             .waitReady(5000)
             .then((model) => declareTopology(model, this.topology, this.name))
-            .catch((e: unknown) => this.logger.error('could not declare the queues again', { consumer: this.name, error: e instanceof Error ? e.message : String(e) }));
+            .catch((e: unknown) => this.logger.error('could not declare the queues again', { consumer: this.name, error: errorText(e) }));
         }
         await new Promise((r) => setTimeout(r, backoffDelay(attempt, 200, 5000)));
       }
@@ -642,7 +881,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     try {
       if (this.channel !== d.ch) return; // its channel is gone: the broker has it back already
       await this.publisher.send({ exchange: '', routingKey: this.declaration.queue, content: d.msg.content, properties: copyProperties(d.msg, d.msg.properties.headers ?? {}) });
-      if (this.ack(d)) this.count({ kind: 'requeued', messageId });
+      if (this.ack(d)) this.count({ kind: 'requeued', messageId }, d);
     } catch {
       this.requeue(d);
     }

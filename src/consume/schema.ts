@@ -22,10 +22,16 @@ export interface StandardIssue {
   readonly path?: ReadonlyArray<PropertyKey | { readonly key: PropertyKey }> | undefined;
 }
 
-/** Formats issues as `path: message` lines. */
+/** Formats issues as `path: message` lines, each cut to 500 characters; a malformed issue list still formats. */
 export function formatIssues(issues: ReadonlyArray<StandardIssue>): string[] {
-  return issues.map((issue) => {
-    const path = (issue.path ?? []).map((p) => String(typeof p === 'object' && p !== null ? p.key : p)).join('.');
-    return path ? `${path}: ${issue.message}` : issue.message;
+  if (!Array.isArray(issues)) return ['(the schema reported issues that are not a list)'];
+  return issues.slice(0, 100).map((issue: StandardIssue) => {
+    try {
+      const path = (Array.isArray(issue.path) ? issue.path : []).map((p) => String(typeof p === 'object' && p !== null ? p.key : p)).join('.');
+      const line = path ? `${path}: ${String(issue.message)}` : String(issue.message);
+      return line.length > 500 ? `${line.slice(0, 499)}…` : line;
+    } catch {
+      return '(an issue that cannot be read)';
+    }
   });
 }

@@ -259,9 +259,78 @@ export function attemptHistory(m: ParkedMessage): HistoryEntry[] {
   return out;
 }
 
-/** Headers the broker writes for its own bookkeeping; a copy published by a client must not carry them. */
-/** Headers the broker writes: a replayed copy or a retry-table row must not carry them. */
+/** Headers the broker writes for its own bookkeeping: a copy warren publishes never carries them. */
 export const BROKER_HEADERS = ['x-death', 'x-first-death-queue', 'x-first-death-reason', 'x-first-death-exchange', 'x-last-death-queue', 'x-last-death-reason', 'x-last-death-exchange', 'x-delivery-count'];
+
+/**
+ * True for a header the broker owns: `x-death`, `x-first-death-*`, `x-last-death-*` and
+ * `x-delivery-count`. A copy that carried a forged or malformed `x-death` crashes a
+ * RabbitMQ 3.10 queue when the copy is dead-lettered again (a retry tier's TTL).
+ */
+export function isBrokerHeader(name: string): boolean {
+  return name === 'x-death' || name === 'x-delivery-count' || name.startsWith('x-first-death-') || name.startsWith('x-last-death-');
+}
+
+/** A copy of `headers` without the broker's own headers. Pure. */
+export function withoutBrokerHeaders(headers: Readonly<Record<string, unknown>>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(headers)) if (!isBrokerHeader(k)) out[k] = v;
+  return out;
+}
+
+/** Encoded size of one AMQP field value, as amqplib writes it (an upper bound for numbers). */
+function fieldBytes(value: unknown, depth: number): number {
+  if (depth > 64) return Infinity; // amqplib would recurse until the stack runs out
+  if (typeof value === 'string') return 5 + Buffer.byteLength(value, 'utf8');
+  if (typeof value === 'number' || typeof value === 'bigint' || value instanceof Date) return 9;
+  if (typeof value === 'boolean') return 2;
+  if (value === null || value === undefined) return 1;
+  if (Buffer.isBuffer(value)) return 5 + value.length;
+  if (Array.isArray(value)) return 5 + value.reduce((n: number, v: unknown) => n + fieldBytes(v, depth + 1), 0);
+  const typed = typedValue(value);
+  if (typed) return typed.type === 'decimal' ? 6 : fieldBytes(typed.value, depth + 1);
+  if (typeof value === 'object') return 1 + tableBytes(value as Record<string, unknown>, depth + 1);
+  return Infinity;
+}
+
+function tableBytes(table: Readonly<Record<string, unknown>>, depth: number): number {
+  let n = 4;
+  for (const [k, v] of Object.entries(table)) {
+    if (v === undefined) continue;
+    const key = Buffer.byteLength(k, 'utf8');
+    if (key > 255) return Infinity; // a key is a short string
+    n += 1 + key + fieldBytes(v, depth);
+  }
+  return n;
+}
+
+/** The encoded size of a header table in bytes (`Infinity` when it cannot be encoded at all). Pure. */
+export function headerTableBytes(headers: Readonly<Record<string, unknown>>): number {
+  return tableBytes(headers, 0);
+}
+
+/**
+ * Makes a header table that fits `maxBytes`: `own` (warren's headers) always stays,
+ * `rest` (the producer's) is kept whole when it fits; otherwise its largest headers are
+ * dropped until it does, and their names returned. Pure.
+ */
+export function fitHeaders(own: Readonly<Record<string, unknown>>, rest: Readonly<Record<string, unknown>>, maxBytes: number): { headers: Record<string, unknown>; dropped: string[] } {
+  const headers: Record<string, unknown> = { ...withoutBrokerHeaders(rest), ...own };
+  let size = headerTableBytes(headers);
+  const dropped: string[] = [];
+  if (size <= maxBytes) return { headers, dropped };
+  const candidates = Object.keys(headers)
+    .filter((k) => !(k in own))
+    .map((k) => ({ k, bytes: 1 + Buffer.byteLength(k, 'utf8') + fieldBytes(headers[k], 0) }))
+    .sort((a, b) => b.bytes - a.bytes);
+  for (const { k, bytes } of candidates) {
+    if (size <= maxBytes) break;
+    delete headers[k];
+    dropped.push(k);
+    size = Number.isFinite(size) && Number.isFinite(bytes) ? size - bytes : headerTableBytes(headers);
+  }
+  return { headers, dropped };
+}
 
 /**
  * The headers of a replayed copy. Pure. The attempt count starts again: `warren-attempts`,
@@ -273,8 +342,7 @@ export const BROKER_HEADERS = ['x-death', 'x-first-death-queue', 'x-first-death-
  * dead-letter record when warren did not park the message itself).
  */
 export function replayHeaders(m: ParkedMessage, now: Date): Record<string, unknown> {
-  const headers: Record<string, unknown> = { ...m.headers };
-  for (const h of BROKER_HEADERS) delete headers[h];
+  const headers = withoutBrokerHeaders(m.headers);
   for (const h of [HEADER.attempts, HEADER.redeliveries, HEADER.waits, HEADER.dependency, HEADER.tenant]) delete headers[h];
   headers[HEADER.routingKey] = m.routingKey;
   if (m.exchange !== undefined) headers[HEADER.exchange] = m.exchange;
@@ -284,22 +352,29 @@ export function replayHeaders(m: ParkedMessage, now: Date): Record<string, unkno
 }
 
 /**
- * Headers for a copy of a message put back into its own parked queue: unchanged except
- * for the broker's delivery count, which the broker keeps itself.
+ * Headers for a copy of a message put back into its own parked queue: the broker's own
+ * headers are not copied (see {@link isBrokerHeader}); what they told about a message the
+ * broker parked itself (its routing key, exchange and reason) is kept in warren's headers.
  */
 export function refreshHeaders(headers: Readonly<Record<string, unknown>>): Record<string, unknown> {
-  const out: Record<string, unknown> = { ...headers };
-  delete out['x-delivery-count'];
+  const out = withoutBrokerHeaders(headers);
+  const m = toParkedMessage({ content: Buffer.alloc(0), fields: { routingKey: '', exchange: '' }, properties: { headers } }, 0);
+  if (out[HEADER.routingKey] === undefined && m.routingKey !== '') out[HEADER.routingKey] = m.routingKey;
+  if (out[HEADER.exchange] === undefined && m.exchange !== undefined) out[HEADER.exchange] = m.exchange;
+  if (out[HEADER.parkedReason] === undefined && m.reason !== undefined) out[HEADER.parkedReason] = m.reason;
+  if (out[HEADER.parkedAt] === undefined && m.failedAt !== undefined) out[HEADER.parkedAt] = m.failedAt.toISOString();
   return out;
 }
 
 /**
  * The publish properties of a copy: the original's, minus those that would change its
- * fate: expiration, and user id (the broker rejects a user id that is not the publishing
- * connection's own).
+ * fate: expiration, user id (the broker rejects a user id that is not the publishing
+ * connection's own), and the broker's own headers ({@link isBrokerHeader}). Every copy
+ * warren publishes (a retry, a park, a crash-loop move, a put-back, a replay, a walk of a
+ * parked queue) goes through here.
  */
-export function copyProperties(p: RawMessage['properties'], headers: Record<string, unknown>): Record<string, unknown> & { headers: Record<string, unknown> } {
-  const out: Record<string, unknown> & { headers: Record<string, unknown> } = { headers, persistent: true };
+export function copyProperties(p: RawMessage['properties'], headers: Readonly<Record<string, unknown>>): Record<string, unknown> & { headers: Record<string, unknown> } {
+  const out: Record<string, unknown> & { headers: Record<string, unknown> } = { headers: withoutBrokerHeaders(headers), persistent: true };
   const keep = ['messageId', 'contentType', 'contentEncoding', 'correlationId', 'replyTo', 'timestamp', 'type', 'appId', 'priority'] as const;
   for (const k of keep) if (p[k] !== undefined && p[k] !== null) out[k] = p[k];
   return out;
