@@ -81,7 +81,10 @@ describe('application and broker figures after real traffic', () => {
     await waitFor(
       async () => {
         s = await scrape(metrics.registry);
-        return valueOf(s, 'warren_queue_messages_ready', { queue: b.parkedQueue }) === 2 && valueOf(s, 'warren_queue_messages_ready', { queue: i.queue }) === 5 && valueOf(s, 'warren_queue_published_total', { queue: b.parkedQueue }) === 2;
+        return valueOf(s, 'warren_queue_messages_ready', { queue: b.parkedQueue }) === 2 && valueOf(s, 'warren_queue_messages_ready', { queue: i.queue }) === 5 && valueOf(s, 'warren_queue_published_total', { queue: b.parkedQueue }) === 2 &&
+          // Each queue's statistics arrive on their own 5 s tick: the work queue's consumer
+          // count may still be from before the consumer attached when the parked queue's is fresh.
+          valueOf(s, 'warren_queue_consumers', { consumer: billing, role: 'work' }) === 1;
       },
       'the management API to show 2 parked and 5 waiting for the idle consumer',
       20_000,
