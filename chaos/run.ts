@@ -349,7 +349,7 @@ async function main(): Promise<number> {
 
     // --- faults ---
     const t0 = Date.now();
-    const done: Array<{ event: ChaosEvent; ok: boolean; detail: string; tookMs: number }> = [];
+    const done: Array<{ event: ChaosEvent; ok: boolean; detail: string; tookMs: number; at: string }> = [];
     const fire = async (e: ChaosEvent): Promise<void> => {
       const started = Date.now();
       let ok = true;
@@ -406,17 +406,26 @@ async function main(): Promise<number> {
         ok = false;
         detail = error instanceof Error ? error.message.split('\n')[0] ?? '' : String(error);
       }
-      done.push({ event: e, ok, detail, tookMs: Date.now() - started });
+      done.push({ event: e, ok, detail, tookMs: Date.now() - started, at: new Date(started).toISOString() });
       if (e.kind === 'restart-broker' || e.kind === 'restart-postgres' || e.kind.startsWith('inventory') || !ok) {
         say(`${seconds(started - t0).padStart(6)}  ${e.kind}: ${detail}${ok ? '' : ' (not done)'}`);
       }
     };
     const pending: Promise<void>[] = [];
+    // The broker restart is waited for, and the faults after it move back by as long as it
+    // took: a fault fired while the broker is down (a connection to close) would hit nothing.
+    let shift = 0;
     for (const e of events) {
-      const wait = t0 + e.at - Date.now();
+      const wait = t0 + e.at + shift - Date.now();
       if (wait > 0) await sleep(wait);
       if (interrupted) break;
-      pending.push(fire(e));
+      if (e.kind === 'restart-broker') {
+        const started = Date.now();
+        await fire(e);
+        shift += Date.now() - started;
+      } else {
+        pending.push(fire(e));
+      }
     }
     await Promise.all(pending);
     rmSync(downFile, { force: true });
@@ -491,7 +500,7 @@ async function main(): Promise<number> {
       broker,
       produced: producer.produced,
       settled,
-      faults: done.map((d) => ({ kind: d.event.kind, ok: d.ok, detail: d.detail, tookMs: d.tookMs })),
+      faults: done.map((d) => ({ kind: d.event.kind, ok: d.ok, detail: d.detail, tookMs: d.tookMs, at: d.at })),
       unexpectedExits: children.flatMap((c) => c.unexpectedExits),
       restarts: Object.fromEntries(children.map((c) => [c.name, c.startedAt.length - 1])),
       consumerTotals,
