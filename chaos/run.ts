@@ -518,12 +518,16 @@ async function main(): Promise<number> {
   }
 }
 
+// A bug in the run itself must not leave its broker and database running: it is printed,
+// the run goes on to its cleanup, and exits 2 whatever the check said.
+let internalError = false;
 process.on('uncaughtException', (error) => {
+  internalError = true;
   process.stderr.write(`chaos: unexpected error in the run itself: ${error.stack ?? error.message}\n`);
 });
 
 main().then(
-  (code) => process.exit(code),
+  (code) => process.exit(internalError ? 2 : code),
   (error: unknown) => {
     process.stderr.write(`chaos: the run itself failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
     process.exit(2);
