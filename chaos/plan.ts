@@ -1,0 +1,160 @@
+/**
+ * What a chaos run does, decided from its seed alone: which message fails how, and
+ * when each fault is injected. Pure, so a seed always gives the same run plan.
+ */
+import { defineTopology, type Topology } from '../src/index.js';
+
+/** What the handler does with a message. */
+export type MessageKind =
+  /** Succeeds on its first run. */
+  | 'ok'
+  /** Fails transiently on its first `failures` runs (climbing the delay ladder), then succeeds. */
+  | 'transient'
+  /** Fails permanently: parked on its first run, never a side effect. */
+  | 'permanent'
+  /**
+   * Waits for the `inventory` dependency in the retry table on its first run, and again
+   * while inventory is down; succeeds once it is back.
+   */
+  | 'wait'
+  /** Waits like `wait`, for tenant `held`, which the run pauses at the start and never resumes. */
+  | 'held';
+
+/** A message of the run: its number, what it does, how it is published. */
+export interface PlannedMessage {
+  readonly seq: number;
+  readonly kind: MessageKind;
+  /** Transient failures before success (`transient` only). */
+  readonly failures: number;
+  /** `outbox`: added in a transaction, published by the relay; `publisher`: `warren.publish`. */
+  readonly via: 'outbox' | 'publisher';
+}
+
+/** The body every message carries. */
+export interface ChaosPayload {
+  readonly seq: number;
+  readonly kind: MessageKind;
+  readonly failures: number;
+}
+
+/** One fault, at a time from the start of the run. */
+export type ChaosEvent =
+  | { readonly at: number; readonly kind: 'kill-consumer'; readonly target: number }
+  | { readonly at: number; readonly kind: 'close-connection'; readonly pick: number }
+  | { readonly at: number; readonly kind: 'restart-broker' }
+  | { readonly at: number; readonly kind: 'restart-postgres' }
+  | { readonly at: number; readonly kind: 'kill-relay' }
+  | { readonly at: number; readonly kind: 'kill-scheduler' }
+  | { readonly at: number; readonly kind: 'inventory-down' }
+  | { readonly at: number; readonly kind: 'inventory-up' };
+
+/** The shares of each kind, and of the publisher path. */
+export const SHARES = { transient: 0.2, permanent: 0.01, wait: 0.03, held: 0.001, publisher: 0.1 } as const;
+
+/** Consumer processes running side by side. */
+export const CONSUMER_PROCESSES = 2;
+
+/** The dependency wait messages wait for, and the tenant the run holds. */
+export const DEPENDENCY = 'inventory';
+export const HELD_TENANT = 'held';
+
+/** The consumer every message goes to. */
+export const CONSUMER = 'chaos.orders';
+
+/** The run's topology: one consumer, a ladder of three short tiers. */
+export const topology: Topology = defineTopology({
+  exchange: 'chaos.events',
+  consumers: {
+    [CONSUMER]: {
+      bindings: ['order.*'],
+      retry: { delays: ['50ms', '200ms', '500ms'], maxAttempts: 6 },
+      // Every delivery that ends without an outcome counts toward the crash-loop guard,
+      // and the run ends dozens of deliveries that way on purpose (kills, closed
+      // connections, a broker restart). A message caught in five of them would be
+      // parked as a crash loop, which is the guard working, not a fault; ten keeps that
+      // out of a normal run, and one that happens anyway is still reported.
+      crashLimit: 10,
+    },
+  },
+});
+
+/** mulberry32: a small, fast, seedable generator; good enough to pick faults. */
+export function random(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** The messages of a run: exact counts of each kind, shuffled by the seed. */
+export function planMessages(count: number, seed: number): PlannedMessage[] {
+  const rnd = random(seed ^ 0x5eed);
+  const permanent = Math.max(1, Math.round(count * SHARES.permanent));
+  const held = Math.max(2, Math.round(count * SHARES.held));
+  const wait = Math.max(2, Math.round(count * SHARES.wait));
+  const transient = Math.round(count * SHARES.transient);
+  if (permanent + held + wait + transient > count) throw new Error(`--messages ${count} is too few for the mix of failures; give at least 100`);
+  const kinds: MessageKind[] = [
+    ...Array<MessageKind>(permanent).fill('permanent'),
+    ...Array<MessageKind>(held).fill('held'),
+    ...Array<MessageKind>(wait).fill('wait'),
+    ...Array<MessageKind>(transient).fill('transient'),
+  ];
+  while (kinds.length < count) kinds.push('ok');
+  for (let i = kinds.length - 1; i > 0; i--) {
+    const j = Math.floor(rnd() * (i + 1));
+    [kinds[i], kinds[j]] = [kinds[j] as MessageKind, kinds[i] as MessageKind];
+  }
+  return kinds.map((kind, seq) => {
+    // Most transient failures clear on the second run; some climb to the second and third tier.
+    const r = rnd();
+    const failures = kind === 'transient' ? (r < 0.7 ? 1 : r < 0.9 ? 2 : 3) : 0;
+    return { seq, kind, failures, via: rnd() < SHARES.publisher ? 'publisher' : 'outbox' };
+  });
+}
+
+/** How long the run publishes and injects faults, in ms: grows with the message count. */
+export function chaosWindowMs(count: number): number {
+  return 40_000 + count * 10;
+}
+
+/** Faults scale with the message count, within bounds a 2-core machine takes. */
+export function faultCounts(count: number): { consumerKills: number; connectionCloses: number } {
+  return {
+    consumerKills: Math.min(40, Math.max(4, Math.round(count / 250))),
+    connectionCloses: Math.min(50, Math.max(4, Math.round(count / 200))),
+  };
+}
+
+/**
+ * When each fault happens, as ms from the start. Kills and closed connections are spread
+ * at random over the window; the one-off faults sit at fixed points with a little jitter,
+ * far enough apart that each is seen on its own.
+ */
+export function planChaos(count: number, seed: number, options: { postgres: boolean }): ChaosEvent[] {
+  const rnd = random(seed ^ 0xc4a05);
+  const window = chaosWindowMs(count);
+  const at = (fraction: number, jitter = 0.03) => Math.round(window * (fraction + (rnd() * 2 - 1) * jitter));
+  const spread = () => Math.round(window * (0.05 + rnd() * 0.85));
+  const { consumerKills, connectionCloses } = faultCounts(count);
+  const events: ChaosEvent[] = [
+    // Inventory is down from the start, back, down again for a while, then back for good.
+    { at: 0, kind: 'inventory-down' },
+    { at: at(0.35), kind: 'inventory-up' },
+    { at: at(0.6), kind: 'inventory-down' },
+    { at: at(0.72), kind: 'inventory-up' },
+    { at: at(0.45), kind: 'restart-broker' },
+    { at: at(0.22), kind: 'kill-relay' },
+    { at: at(0.78), kind: 'kill-relay' },
+    { at: at(0.3), kind: 'kill-scheduler' },
+    { at: at(0.66), kind: 'kill-scheduler' },
+  ];
+  if (options.postgres) events.push({ at: at(0.6), kind: 'restart-postgres' });
+  for (let i = 0; i < consumerKills; i++) events.push({ at: spread(), kind: 'kill-consumer', target: Math.floor(rnd() * CONSUMER_PROCESSES) });
+  for (let i = 0; i < connectionCloses; i++) events.push({ at: spread(), kind: 'close-connection', pick: rnd() });
+  return events.sort((a, b) => a.at - b.at);
+}

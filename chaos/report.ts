@@ -1,0 +1,241 @@
+/**
+ * The end of a chaos run: what each message was meant to do, against what the database
+ * and the broker hold; the table printed, and every violation with its message ids and
+ * the evidence. Pure: facts in, verdict and text out.
+ */
+import { HELD_TENANT, type ChaosEvent } from './plan.js';
+import type { ExpectedRow, OutboxState, RetryRowState } from './db.js';
+
+/** One copy of a message in the parked queue. */
+export interface ParkedCopy {
+  readonly messageId: string;
+  readonly reason: string;
+  readonly errorClass: string;
+  readonly errorMessage: string;
+  readonly attempts: number;
+}
+
+export interface BrokerState {
+  readonly queues: ReadonlyArray<{ name: string; messages: number; unacked: number; consumers: number }>;
+  readonly parked: readonly ParkedCopy[];
+}
+
+/** Everything the run saw, for the check and the table. */
+export interface RunFacts {
+  readonly seed: number;
+  readonly messages: number;
+  readonly brokerLabel: string;
+  readonly storeLabel: string;
+  readonly expected: readonly ExpectedRow[];
+  /** Committed handler runs per message id (a table without a unique constraint). */
+  readonly effects: ReadonlyMap<string, number>;
+  /** Idempotency markers present. */
+  readonly markers: ReadonlySet<string>;
+  readonly retryRows: readonly RetryRowState[];
+  readonly outbox: readonly OutboxState[];
+  readonly outboxLag: { readonly pending: number; readonly failed: number };
+  readonly broker: BrokerState;
+  readonly produced: { readonly outbox: number; readonly publisher: number } | undefined;
+  readonly settled: boolean;
+  readonly faults: ReadonlyArray<{ kind: ChaosEvent['kind']; ok: boolean; detail: string; tookMs: number; at: string }>;
+  readonly unexpectedExits: readonly string[];
+  readonly restarts: Readonly<Record<string, number>>;
+  readonly consumerTotals: Readonly<Record<string, number>>;
+  readonly relayTotals: Readonly<Record<string, number>>;
+  readonly schedulerTotals: Readonly<Record<string, number>>;
+  readonly timings: { readonly faultsMs: number; readonly settleMs: number; readonly totalMs: number };
+}
+
+/** What went wrong with one message. */
+export interface Violation {
+  readonly what: string;
+  readonly seq: number | null;
+  readonly messageId: string;
+  readonly evidence: string;
+}
+
+export interface CheckResult {
+  readonly rows: ReadonlyArray<{ check: string; expected: string; found: string; ok: boolean }>;
+  readonly violations: readonly Violation[];
+  /** Not violations, but worth a look: duplicates the design allows. */
+  readonly notes: readonly Violation[];
+}
+
+/** Compares what each message was meant to do with what happened to it. */
+export function check(f: RunFacts): CheckResult {
+  const violations: Violation[] = [];
+  const parkedBy = new Map<string, ParkedCopy[]>();
+  for (const p of f.broker.parked) parkedBy.set(p.messageId, [...(parkedBy.get(p.messageId) ?? []), p]);
+  const rowBy = new Map<string, RetryRowState[]>();
+  for (const r of f.retryRows) rowBy.set(r.message_id, [...(rowBy.get(r.message_id) ?? []), r]);
+  const outboxBy = new Map<string, OutboxState[]>();
+  for (const o of f.outbox) outboxBy.set(o.message_id, [...(outboxBy.get(o.message_id) ?? []), o]);
+  const known = new Set(f.expected.map((e) => e.message_id));
+
+  const evidence = (e: ExpectedRow): string => {
+    const parts = [`kind ${e.kind}`, `via ${e.via}`, `side effects ${f.effects.get(e.message_id) ?? 0}`, `marker ${f.markers.has(e.message_id) ? 'yes' : 'no'}`];
+    const parked = parkedBy.get(e.message_id) ?? [];
+    parts.push(parked.length ? `parked ×${parked.length} (${parked.map((p) => `${p.reason}: ${p.errorClass} ${JSON.stringify(p.errorMessage.slice(0, 80))}`).join('; ')})` : 'not parked');
+    const rows = rowBy.get(e.message_id) ?? [];
+    parts.push(rows.length ? `retry table ${rows.map((r) => `${r.paused ? 'paused' : 'unpaused'} ${r.dependency}/${r.tenant ?? '-'} waits ${r.waits}`).join('; ')}` : 'no retry-table row');
+    const ob = outboxBy.get(e.message_id) ?? [];
+    parts.push(ob.length ? `outbox ${ob.map((o) => (o.failed ? 'flagged' : o.sent ? 'sent' : 'pending') + ` after ${o.attempts} attempts`).join('; ')}` : 'no outbox row');
+    return parts.join(', ');
+  };
+  const add = (what: string, e: ExpectedRow) => violations.push({ what, seq: e.seq, messageId: e.message_id, evidence: evidence(e) });
+
+  let once = 0;
+  let lost = 0;
+  let doubled = 0;
+  let parkedRight = 0;
+  let parkedWrong = 0;
+  let heldRight = 0;
+  let shouldPark = 0;
+  let shouldHold = 0;
+  let shouldRun = 0;
+  let extraCopies = 0;
+  const notes: Violation[] = [];
+  for (const e of f.expected) {
+    const effects = f.effects.get(e.message_id) ?? 0;
+    const parked = parkedBy.get(e.message_id) ?? [];
+    const rows = rowBy.get(e.message_id) ?? [];
+    if (effects > 1) {
+      doubled++;
+      add(`doubled: the handler committed ${effects} times`, e);
+    }
+    if (effects > 0 && !f.markers.has(e.message_id)) add('side effect without an idempotency marker', e);
+    if (e.kind === 'permanent') {
+      shouldPark++;
+      if (effects > 0) add('a permanent failure had a side effect', e);
+      if (parked.length === 0 && rows.length === 0 && effects === 0) {
+        lost++;
+        add('lost: meant to be parked, but is nowhere', e);
+      } else if (parked.length === 0) add('meant to be parked, not parked', e);
+      else if (parked.some((p) => p.reason !== 'permanent-error' || p.errorClass !== 'PermanentError' || !p.errorMessage.includes(`message ${e.seq} fails for good`))) {
+        add('parked without its failure (reason, error class or message wrong)', e);
+      } else {
+        parkedRight++;
+        // A move is publish-with-confirm, then ack: when the confirm is lost (the channel
+        // closed, the broker restarted), the original comes back and is parked again.
+        // DESIGN invariant 6 allows that duplicate; it is shown, not failed.
+        if (parked.length > 1) {
+          extraCopies += parked.length - 1;
+          notes.push({ what: `parked ${parked.length} times (identical copies: a move whose confirm was lost, see invariant 6)`, seq: e.seq, messageId: e.message_id, evidence: evidence(e) });
+        }
+      }
+      if (rows.length > 0) add('meant to be parked, left in the retry table', e);
+      continue;
+    }
+    if (parked.length > 0) {
+      parkedWrong++;
+      add(`parked but not meant to be (${parked.map((p) => p.reason).join(', ')})`, e);
+    }
+    if (e.kind === 'held') {
+      shouldHold++;
+      if (effects > 0) add('ran although its tenant is held', e);
+      if (rows.length === 1 && rows[0]?.paused && rows[0].tenant === HELD_TENANT) heldRight++;
+      else if (rows.length === 0 && parked.length === 0 && effects === 0) {
+        lost++;
+        add('lost: meant to stay paused in the retry table, but is nowhere', e);
+      } else add('meant to stay paused in the retry table, is not there as such', e);
+      continue;
+    }
+    shouldRun++;
+    if (effects === 1) once++;
+    if (rows.length > 0) add('left in the retry table', e);
+    if (effects === 0 && parked.length === 0) {
+      lost++;
+      add(rows.length > 0 ? 'wedged: never ran, still in the retry table' : 'lost: no side effect, not parked, not waiting', e);
+    }
+  }
+
+  // Anything the run did not publish.
+  const strangers = new Set<string>();
+  for (const id of f.effects.keys()) if (!known.has(id)) strangers.add(id);
+  for (const p of f.broker.parked) if (!known.has(p.messageId)) strangers.add(p.messageId);
+  for (const r of f.retryRows) if (!known.has(r.message_id)) strangers.add(r.message_id);
+  for (const id of strangers) violations.push({ what: 'a message id the producer never recorded', seq: null, messageId: id, evidence: `side effects ${f.effects.get(id) ?? 0}, parked ×${parkedBy.get(id)?.length ?? 0}, retry rows ${rowBy.get(id)?.length ?? 0}` });
+
+  const expectedCount = f.messages;
+  if (f.expected.length !== expectedCount) violations.push({ what: `the producer recorded ${f.expected.length} of ${expectedCount} messages`, seq: null, messageId: '-', evidence: 'see producer.log' });
+  if (!f.settled) violations.push({ what: 'the pipeline did not come to rest before the timeout', seq: null, messageId: '-', evidence: 'see the last progress line above' });
+
+  const queueRows = f.broker.queues.map((q) => {
+    const isParked = q.name.endsWith('.parked');
+    return { name: q.name, messages: q.messages, want: isParked ? shouldPark + extraCopies : 0, label: isParked && extraCopies > 0 ? `${shouldPark} + ${extraCopies} duplicate` : undefined };
+  });
+  for (const q of queueRows) if (q.messages !== q.want) violations.push({ what: `queue ${q.name} holds ${q.messages} messages, expected ${q.want}`, seq: null, messageId: '-', evidence: 'management API' });
+  const unheldRows = f.retryRows.filter((r) => r.tenant !== HELD_TENANT || !r.paused).length;
+  if (f.outboxLag.pending !== 0 || f.outboxLag.failed !== 0) violations.push({ what: `outbox not drained: ${f.outboxLag.pending} pending, ${f.outboxLag.failed} flagged`, seq: null, messageId: '-', evidence: 'outbox lag()' });
+  for (const x of f.unexpectedExits) violations.push({ what: 'a process died on its own', seq: null, messageId: '-', evidence: x });
+
+  const n = (x: number) => x.toLocaleString('en-US');
+  const rows = [
+    { check: 'messages recorded by the producer (outbox / publisher)', expected: n(expectedCount), found: `${n(f.expected.length)} (${n(f.expected.filter((e) => e.via === 'outbox').length)} / ${n(f.expected.filter((e) => e.via === 'publisher').length)})`, ok: f.expected.length === expectedCount },
+    { check: 'side effect exactly once', expected: n(shouldRun), found: n(once), ok: once === shouldRun },
+    { check: 'lost (no side effect, not parked, not waiting)', expected: '0', found: n(lost), ok: lost === 0 },
+    { check: 'doubled (handler committed twice, counted without a unique key)', expected: '0', found: n(doubled), ok: doubled === 0 },
+    { check: 'parked with their failure (permanent)', expected: n(shouldPark), found: n(parkedRight), ok: parkedRight === shouldPark },
+    { check: 'parked, not meant to be', expected: '0', found: n(parkedWrong), ok: parkedWrong === 0 },
+    { check: `left paused in the retry table (tenant ${HELD_TENANT})`, expected: n(shouldHold), found: n(heldRight), ok: heldRight === shouldHold },
+    { check: 'retry table, any other row', expected: '0', found: n(unheldRows), ok: unheldRows === 0 },
+    { check: 'outbox pending / flagged', expected: '0 / 0', found: `${n(f.outboxLag.pending)} / ${n(f.outboxLag.failed)}`, ok: f.outboxLag.pending === 0 && f.outboxLag.failed === 0 },
+    ...queueRows.map((q) => ({ check: `queue ${q.name}`, expected: q.label ?? n(q.want), found: n(q.messages), ok: q.messages === q.want })),
+    { check: 'duplicate parked copies (allowed, see below)', expected: '-', found: n(extraCopies), ok: true },
+    { check: 'messages of unknown id', expected: '0', found: n(strangers.size), ok: strangers.size === 0 },
+    { check: 'processes that died on their own', expected: '0', found: n(f.unexpectedExits.length), ok: f.unexpectedExits.length === 0 },
+    { check: 'pipeline at rest before the timeout', expected: 'yes', found: f.settled ? 'yes' : 'no', ok: f.settled },
+  ];
+  return { rows, violations, notes };
+}
+
+function table(header: readonly string[], rows: ReadonlyArray<readonly string[]>): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = (cells: readonly string[]) => `| ${cells.map((c, i) => c.padEnd(widths[i] ?? 0)).join(' | ')} |`;
+  return [line(header), `|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`, ...rows.map(line)].join('\n');
+}
+
+/** The table, the faults injected, the counters, and every violation with its evidence. */
+export function renderReport(f: RunFacts, r: CheckResult): string {
+  const count = (kind: ChaosEvent['kind']) => {
+    const all = f.faults.filter((x) => x.kind === kind);
+    const ok = all.filter((x) => x.ok);
+    return `${ok.length}${all.length > ok.length ? ` (${all.length - ok.length} not done: ${all.filter((x) => !x.ok).map((x) => x.detail).join('; ')})` : ''}`;
+  };
+  const took = (kind: ChaosEvent['kind']) => {
+    const x = f.faults.filter((y) => y.kind === kind && y.ok);
+    return x.length ? `, ${x.map((y) => `${(y.tookMs / 1000).toFixed(0)} s`).join(', ')} down` : '';
+  };
+  const s = (ms: number) => `${Math.round(ms / 1000)} s`;
+  const c = f.consumerTotals;
+  const out: string[] = [];
+  out.push(`Chaos run, seed ${f.seed}: ${f.messages.toLocaleString('en-US')} messages, ${f.brokerLabel}, ${f.storeLabel} store — ${r.violations.length === 0 ? 'PASS' : `FAIL (${r.violations.length} violations)`}`);
+  out.push('');
+  out.push(table(['check', 'expected', 'found', ''], r.rows.map((x) => [x.check, x.expected, x.found, x.ok ? 'ok' : 'FAIL'])));
+  out.push('');
+  out.push(
+    `Faults: consumers SIGKILLed ${count('kill-consumer')}, connections closed ${count('close-connection')}, broker restarts ${count('restart-broker')}${took('restart-broker')}, ` +
+      `PostgreSQL restarts ${f.faults.some((x) => x.kind === 'restart-postgres') ? count('restart-postgres') + took('restart-postgres') : 'none (SQLite store)'}, relay SIGKILLed ${count('kill-relay')}, scheduler SIGKILLed ${count('kill-scheduler')}, inventory outages ${count('inventory-down')}.`,
+  );
+  out.push(`Process starts after the first: ${Object.entries(f.restarts).map(([k, v]) => `${k} ${v}`).join(', ')}.`);
+  out.push(
+    `Consumers (summed over every process; a killed one's last half second is not counted): handler runs ${c['runs'] ?? 0}, committed ${c['committed'] ?? 0}, acked ${c['acked'] ?? 0}, duplicates skipped ${c['duplicate'] ?? 0}, ` +
+      `retried ${c['retried'] ?? 0}, parked ${c['parked'] ?? 0}, to the retry table ${c['waiting'] ?? 0}, redeliveries moved ${c['redelivery-moved'] ?? 0}, requeued ${c['requeued'] ?? 0}.`,
+  );
+  out.push(`Relay published ${f.relayTotals['published'] ?? 0} rows; scheduler moved ${f.schedulerTotals['moved'] ?? 0} rows back, health check paused inventory ${f.schedulerTotals['health_paused'] ?? 0} and resumed it ${f.schedulerTotals['health_resumed'] ?? 0} times.`);
+  out.push(`Time: faults ${s(f.timings.faultsMs)}, coming to rest ${s(f.timings.settleMs)}, whole run ${s(f.timings.totalMs)} (services included).`);
+  if (r.notes.length > 0) {
+    out.push('');
+    out.push('Notes (allowed by the design, shown so they can be looked at):');
+    for (const v of r.notes.slice(0, 20)) out.push(`  - ${v.what} — message #${v.seq ?? '-'} ${v.messageId}: ${v.evidence}`);
+    if (r.notes.length > 20) out.push(`  ... and ${r.notes.length - 20} more in report.json`);
+  }
+  if (r.violations.length > 0) {
+    out.push('');
+    out.push(`Violations (${r.violations.length}; repeat with --seed ${f.seed}):`);
+    const shown = r.violations.slice(0, 40);
+    for (const v of shown) out.push(`  - ${v.what}${v.seq === null ? '' : ` — message #${v.seq} ${v.messageId}`}: ${v.evidence}`);
+    if (r.violations.length > shown.length) out.push(`  ... and ${r.violations.length - shown.length} more in report.json`);
+  }
+  return out.join('\n');
+}

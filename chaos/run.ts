@@ -1,0 +1,535 @@
+/**
+ * `npm run chaos`: N messages through the whole pipeline (outbox, relay, publisher,
+ * consumer with a delay ladder, parked queue, retry table and its scheduler) while
+ * processes are killed, connections closed and the broker and PostgreSQL restarted; then
+ * a check that every message did its work exactly once or was parked as it was meant to,
+ * printed as a table. Exits 1 on any violation, naming the message ids. See docs/chaos.md.
+ */
+import { fork, spawn, type ChildProcess } from 'node:child_process';
+import { closeSync, existsSync, mkdirSync, openSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import * as amqp from 'amqplib';
+import { ChaosDb, type DbConfig, type StoreKind } from './db.js';
+import { check, renderReport, type BrokerState, type ParkedCopy, type RunFacts } from './report.js';
+import { CONSUMER, CONSUMER_PROCESSES, chaosWindowMs, HELD_TENANT, planChaos, topology, type ChaosEvent } from './plan.js';
+import type { WorkerConfig, WorkerMessage } from './worker.js';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const root = resolve(here, '..');
+
+// --- arguments ----------------------------------------------------------------
+
+interface Args {
+  messages: number;
+  broker: '3.10' | '4.0';
+  store: StoreKind;
+  seed: number;
+  settleTimeoutMs: number | undefined;
+}
+
+const USAGE = `usage: npm run chaos -- [--messages N] [--broker 3.10|4.0] [--store postgres|sqlite] [--seed S] [--settle-timeout SECONDS]
+
+  --messages N          messages through the pipeline (default 20000; at least 100)
+  --broker              which RabbitMQ: 3.10 (the machine's, default) or 4.0 (the project's chroot)
+  --store               where the idempotency guard, outbox and retry table live (default postgres)
+  --seed S              repeat a run: the same messages fail the same way, the faults come at the same times
+  --settle-timeout S    how long to wait for the pipeline to come to rest after the faults (default 300 + N/33)
+
+Starts its own RabbitMQ node and PostgreSQL cluster, and stops them at the end. Needs root.`;
+
+function fail(message: string): never {
+  process.stderr.write(`chaos: ${message}\n\n${USAGE}\n`);
+  process.exit(2);
+}
+
+function parseArgs(argv: readonly string[]): Args {
+  const args: Args = { messages: 20_000, broker: '3.10', store: 'postgres', seed: Math.floor(Math.random() * 2 ** 31), settleTimeoutMs: undefined };
+  for (let i = 0; i < argv.length; i++) {
+    const flag = argv[i] ?? '';
+    if (flag === '--help' || flag === '-h') {
+      process.stdout.write(`${USAGE}\n`);
+      process.exit(0);
+    }
+    const [name, inline] = flag.includes('=') ? [flag.slice(0, flag.indexOf('=')), flag.slice(flag.indexOf('=') + 1)] : [flag, undefined];
+    const value = inline ?? argv[++i];
+    if (value === undefined) fail(`${name} needs a value`);
+    const int = (min: number, max: number) => {
+      const n = Number(value);
+      if (!Number.isInteger(n) || n < min || n > max) fail(`${name} ${JSON.stringify(value)} is not a whole number from ${min} to ${max}`);
+      return n;
+    };
+    switch (name) {
+      case '--messages': args.messages = int(100, 1_000_000); break;
+      case '--seed': args.seed = int(0, 2 ** 32 - 1); break;
+      case '--settle-timeout': args.settleTimeoutMs = int(10, 86_400) * 1000; break;
+      case '--broker':
+        if (value !== '3.10' && value !== '4.0') fail(`--broker ${JSON.stringify(value)} is not a broker this run knows; use 3.10 or 4.0`);
+        args.broker = value;
+        break;
+      case '--store':
+        if (value === 'postgres' || value === 'pg') args.store = 'postgres';
+        else if (value === 'sqlite') args.store = 'sqlite';
+        else fail(`--store ${JSON.stringify(value)} is not a store; use postgres or sqlite`);
+        break;
+      default: fail(`unknown option ${JSON.stringify(name)}`);
+    }
+  }
+  return args;
+}
+
+// --- services ------------------------------------------------------------------
+
+const BROKERS = {
+  '3.10': { amqpPort: 5690, mgmtPort: 15690, pgPort: 5499 },
+  '4.0': { amqpPort: 5691, mgmtPort: 15691, pgPort: 5498 },
+} as const;
+
+/** Runs chaos/services.sh; resolves with its output, rejects with it on failure. */
+function services(...args: string[]): Promise<string> {
+  return new Promise((resolvePromise, reject) => {
+    const p = spawn('bash', [join(here, 'services.sh'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    p.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    p.stderr.on('data', (d: Buffer) => (out += d.toString()));
+    p.on('error', reject);
+    p.on('exit', (code) => (code === 0 ? resolvePromise(out.trim()) : reject(new Error(`chaos/services.sh ${args.join(' ')} failed (exit ${code}):\n${out.trim()}`))));
+  });
+}
+
+class Management {
+  private readonly auth = `Basic ${Buffer.from('guest:guest').toString('base64')}`;
+  constructor(private readonly port: number) {}
+
+  private async call(method: string, path: string): Promise<Response> {
+    return fetch(`http://127.0.0.1:${this.port}/api${path}`, { method, headers: { authorization: this.auth, 'x-reason': 'chaos run' }, signal: AbortSignal.timeout(5000) });
+  }
+
+  async connections(): Promise<string[]> {
+    const res = await this.call('GET', '/connections?columns=name');
+    if (!res.ok) throw new Error(`GET /api/connections answered ${res.status}`);
+    return ((await res.json()) as Array<{ name: string }>).map((c) => c.name);
+  }
+
+  async closeConnection(name: string): Promise<void> {
+    const res = await this.call('DELETE', `/connections/${encodeURIComponent(name)}`);
+    if (!res.ok && res.status !== 404) throw new Error(`DELETE /api/connections answered ${res.status}`);
+  }
+
+  async queue(name: string): Promise<{ messages: number; unacked: number; consumers: number }> {
+    const res = await this.call('GET', `/queues/%2F/${encodeURIComponent(name)}`);
+    if (!res.ok) throw new Error(`GET /api/queues/${name} answered ${res.status}`);
+    const q = (await res.json()) as { messages?: number; messages_ready?: number; messages_unacknowledged?: number; consumers?: number };
+    const unacked = q.messages_unacknowledged ?? 0;
+    return { messages: q.messages ?? (q.messages_ready ?? 0) + unacked, unacked, consumers: q.consumers ?? 0 };
+  }
+
+  async version(): Promise<string> {
+    const res = await this.call('GET', '/overview');
+    return ((await res.json()) as { rabbitmq_version?: string }).rabbitmq_version ?? 'unknown';
+  }
+}
+
+// --- child processes --------------------------------------------------------------
+
+/** A worker process, restarted whenever it dies (killed by the run, or on its own). */
+class Child {
+  private proc: ChildProcess | undefined;
+  private wanted = true;
+  private killedByUs = false;
+  readonly startedAt: number[] = [];
+  /** Exits the run did not cause: a process that died on its own is a finding. */
+  readonly unexpectedExits: string[] = [];
+  /** Last counters of each incarnation. */
+  private readonly stats = new Map<number, Readonly<Record<string, number>>>();
+  produced: { outbox: number; publisher: number } | undefined;
+  finished = false;
+  /** The current incarnation said it is up (connected, consuming, started). */
+  ready = false;
+
+  constructor(
+    readonly name: string,
+    private readonly config: WorkerConfig,
+    private readonly logFile: string,
+    private readonly restartDelayMs: number,
+    private readonly onLine: (line: string) => void,
+  ) {}
+
+  start(): void {
+    const incarnation = this.startedAt.length;
+    this.startedAt.push(Date.now());
+    const log = openSync(this.logFile, 'a');
+    this.killedByUs = false;
+    this.ready = false;
+    const proc = fork(join(here, 'worker.ts'), [], {
+      execArgv: ['--import', 'tsx'],
+      env: { ...process.env, CHAOS_CONFIG: JSON.stringify(this.config) },
+      stdio: ['ignore', log, log, 'ipc'],
+      cwd: root,
+    });
+    closeSync(log);
+    this.proc = proc;
+    proc.on('message', (m: WorkerMessage) => {
+      if (m.type === 'ready') this.ready = true;
+      else if (m.type === 'stats') this.stats.set(incarnation, m.stats);
+      else if (m.type === 'produced') this.produced = { outbox: m.outbox, publisher: m.publisher };
+    });
+    proc.on('exit', (code, signal) => {
+      if (this.proc === proc) this.proc = undefined;
+      if (this.config.role === 'producer' && code === 0) {
+        this.finished = true;
+        return;
+      }
+      if (!this.killedByUs && this.wanted) {
+        const what = `${this.name} exited on its own (${signal ?? `code ${code}`}); see ${this.logFile}`;
+        this.unexpectedExits.push(what);
+        this.onLine(what);
+      }
+      if (this.wanted && this.config.role !== 'producer') setTimeout(() => this.wanted && !this.proc && this.start(), this.restartDelayMs).unref();
+    });
+  }
+
+  /** SIGKILL; the exit handler starts it again after the restart delay. */
+  kill(): boolean {
+    if (!this.proc) return false;
+    this.killedByUs = true;
+    this.proc.kill('SIGKILL');
+    return true;
+  }
+
+  /** Tells a waiting producer to start. */
+  go(): void {
+    this.proc?.send('go');
+  }
+
+  get running(): boolean {
+    return this.proc !== undefined;
+  }
+
+  /** SIGTERM (a clean stop), SIGKILL after the deadline. */
+  async stop(deadlineMs = 20_000): Promise<void> {
+    this.wanted = false;
+    const proc = this.proc;
+    if (!proc || proc.exitCode !== null) return;
+    this.killedByUs = true;
+    const exited = new Promise<void>((r) => proc.once('exit', () => r()));
+    proc.kill('SIGTERM');
+    const timer = setTimeout(() => proc.kill('SIGKILL'), deadlineMs);
+    await exited;
+    clearTimeout(timer);
+  }
+
+  /** Counters summed over every incarnation (a killed one's last half second is lost). */
+  totals(): Record<string, number> {
+    const sum: Record<string, number> = {};
+    for (const s of this.stats.values()) for (const [k, v] of Object.entries(s)) sum[k] = (sum[k] ?? 0) + v;
+    return sum;
+  }
+}
+
+// --- the run -------------------------------------------------------------------------
+
+function seconds(ms: number): string {
+  return `${(ms / 1000).toFixed(ms < 10_000 ? 1 : 0)} s`;
+}
+
+async function readParked(url: string, queue: string): Promise<ParkedCopy[]> {
+  const conn = await amqp.connect(url);
+  try {
+    const ch = await conn.createChannel();
+    const copies: ParkedCopy[] = [];
+    for (;;) {
+      const m = await ch.get(queue, { noAck: false });
+      if (m === false) break;
+      const h = (m.properties.headers ?? {}) as Record<string, unknown>;
+      copies.push({
+        messageId: String(m.properties.messageId ?? ''),
+        reason: String(h['warren-parked-reason'] ?? ''),
+        errorClass: String(h['warren-error-class'] ?? ''),
+        errorMessage: String(h['warren-error-message'] ?? ''),
+        attempts: Number(h['warren-attempts'] ?? 0),
+      });
+    }
+    // Unacked gets go back to the queue when the channel closes: the check reads, never takes.
+    await ch.close();
+    return copies;
+  } finally {
+    await conn.close();
+  }
+}
+
+async function main(): Promise<number> {
+  const args = parseArgs(process.argv.slice(2));
+  const ports = BROKERS[args.broker];
+  const postgres = args.store === 'postgres';
+  const window = chaosWindowMs(args.messages);
+  const settleTimeoutMs = args.settleTimeoutMs ?? 300_000 + args.messages * 30;
+  const runStarted = Date.now();
+  const runDir = join(root, '.warren', 'chaos', `${args.broker}-${args.store}`);
+  rmSync(runDir, { recursive: true, force: true });
+  mkdirSync(runDir, { recursive: true });
+  const say = (line: string) => process.stdout.write(`chaos: ${line}\n`);
+
+  say(`seed ${args.seed} (repeat with --seed ${args.seed}), ${args.messages} messages, RabbitMQ ${args.broker}, ${postgres ? 'PostgreSQL' : 'SQLite'} store, faults over ${seconds(window)}; logs in ${runDir}`);
+
+  const amqpUrl = `amqp://guest:guest@127.0.0.1:${ports.amqpPort}`;
+  const mgmt = new Management(ports.mgmtPort);
+  const dbConfig: DbConfig = { store: args.store, pgUrl: `postgres://postgres@127.0.0.1:${ports.pgPort}/chaos`, sqliteFile: join(runDir, 'chaos.db') };
+  const downFile = join(runDir, 'inventory-down');
+  const children: Child[] = [];
+  let db: ChaosDb | undefined;
+  let servicesUp = { rabbit: false, pg: false };
+
+  let cleaning: Promise<void> | undefined;
+  const cleanup = () => (cleaning ??= stopAll());
+  const stopAll = async () => {
+    await Promise.all(children.map((c) => c.stop(5000)));
+    await db?.close().catch(() => undefined);
+    db = undefined;
+    if (servicesUp.rabbit) await services('rabbit', 'stop', args.broker).catch((e: unknown) => say(String(e)));
+    if (servicesUp.pg) await services('pg', 'stop', String(ports.pgPort)).catch((e: unknown) => say(String(e)));
+    servicesUp = { rabbit: false, pg: false };
+  };
+  let interrupted = false;
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      interrupted = true;
+      say(`${signal}: stopping the run's processes and services`);
+      void cleanup().finally(() => process.exit(130));
+    });
+  }
+
+  try {
+    // Services of the run's own: restarting them disturbs nothing else on the machine.
+    if (args.broker === '4.0') {
+      const chroot = process.env['WARREN_RABBIT4_DIR'] ?? '/var/lib/warren/rabbit4';
+      if (!existsSync(chroot)) {
+        say(`the RabbitMQ 4.0 chroot ${chroot} is not built yet; building it with scripts/rabbitmq4.sh`);
+        await new Promise<void>((ok, ko) => spawn('bash', [join(root, 'scripts', 'rabbitmq4.sh'), 'start'], { stdio: 'inherit' }).on('exit', (c) => (c === 0 ? ok() : ko(new Error('scripts/rabbitmq4.sh start failed')))));
+      }
+    }
+    servicesUp.rabbit = true;
+    const starting = [services('rabbit', 'start', args.broker).then(say)];
+    if (postgres) {
+      servicesUp.pg = true;
+      starting.push(services('pg', 'start', String(ports.pgPort)).then(say));
+    }
+    await Promise.all(starting);
+    const brokerVersion = await mgmt.version();
+
+    db = await ChaosDb.open(dbConfig, { poolSize: 4 });
+    await db.setup();
+    // The run's one operator action: hold tenant `held` and never lift it.
+    await db.store.retryTable.pause({ tenant: HELD_TENANT }, { actor: 'chaos' });
+    writeFileSync(downFile, 'inventory is down\n');
+
+    const events = planChaos(args.messages, args.seed, { postgres });
+    const base = { amqpUrl, db: dbConfig, downFile, messages: args.messages, seed: args.seed, produceMs: Math.round(window * 0.7) };
+    const log = (name: string) => join(runDir, `${name}.log`);
+    const child = (role: WorkerConfig['role'], name: string, restartDelayMs: number) => {
+      const c = new Child(name, { ...base, role, name }, log(name), restartDelayMs, say);
+      children.push(c);
+      return c;
+    };
+    const relay = child('relay', 'relay', 1000);
+    const scheduler = child('scheduler', 'scheduler', 1000);
+    const consumers = Array.from({ length: CONSUMER_PROCESSES }, (_, i) => child('consumer', `consumer-${i + 1}`, 300));
+    const producer = child('producer', 'producer', 0);
+    for (const c of children) c.start();
+    // Under load a process takes a while to start; the clock starts when all are up.
+    const readyBy = Date.now() + 180_000;
+    while (!children.every((c) => c.ready)) {
+      if (Date.now() > readyBy) throw new Error(`processes not up after 180 s: ${children.filter((c) => !c.ready).map((c) => c.name).join(', ')}; see their logs in ${runDir}`);
+      if (interrupted) return 130;
+      await sleep(200);
+    }
+    say(`all processes up after ${seconds(Date.now() - runStarted)}; producing and injecting faults`);
+    producer.go();
+
+    // --- faults ---
+    const t0 = Date.now();
+    const done: Array<{ event: ChaosEvent; ok: boolean; detail: string; tookMs: number; at: string }> = [];
+    const fire = async (e: ChaosEvent): Promise<void> => {
+      const started = Date.now();
+      let ok = true;
+      let detail = '';
+      try {
+        switch (e.kind) {
+          case 'kill-consumer': {
+            const c = consumers[e.target] ?? consumers[0];
+            ok = c?.kill() ?? false;
+            detail = ok ? `SIGKILL ${c?.name}` : `${c?.name} was not running`;
+            break;
+          }
+          case 'close-connection': {
+            // Processes may be starting or reconnecting: wait a little for a connection to close.
+            let names: string[] = [];
+            for (let tries = 0; tries < 20 && names.length === 0; tries++) {
+              names = await mgmt.connections().catch(() => []);
+              if (names.length === 0) await sleep(500);
+            }
+            const name = names[Math.floor(e.pick * names.length)];
+            if (name === undefined) {
+              ok = false;
+              detail = 'no connection open';
+            } else {
+              await mgmt.closeConnection(name);
+              detail = name;
+            }
+            break;
+          }
+          case 'restart-broker':
+            detail = await services('rabbit', 'restart', args.broker);
+            break;
+          case 'restart-postgres':
+            detail = await services('pg', 'restart', String(ports.pgPort));
+            break;
+          case 'kill-relay':
+            ok = relay.kill();
+            detail = ok ? 'SIGKILL relay' : 'relay was not running';
+            break;
+          case 'kill-scheduler':
+            ok = scheduler.kill();
+            detail = ok ? 'SIGKILL scheduler' : 'scheduler was not running';
+            break;
+          case 'inventory-down':
+            writeFileSync(downFile, 'inventory is down\n');
+            detail = 'inventory health check fails';
+            break;
+          case 'inventory-up':
+            rmSync(downFile, { force: true });
+            detail = 'inventory health check passes';
+            break;
+        }
+      } catch (error) {
+        ok = false;
+        detail = error instanceof Error ? error.message.split('\n')[0] ?? '' : String(error);
+      }
+      done.push({ event: e, ok, detail, tookMs: Date.now() - started, at: new Date(started).toISOString() });
+      if (e.kind === 'restart-broker' || e.kind === 'restart-postgres' || e.kind.startsWith('inventory') || !ok) {
+        say(`${seconds(started - t0).padStart(6)}  ${e.kind}: ${detail}${ok ? '' : ' (not done)'}`);
+      }
+    };
+    const pending: Promise<void>[] = [];
+    // The broker restart is waited for, and the faults after it move back by as long as it
+    // took: a fault fired while the broker is down (a connection to close) would hit nothing.
+    let shift = 0;
+    for (const e of events) {
+      const wait = t0 + e.at + shift - Date.now();
+      if (wait > 0) await sleep(wait);
+      if (interrupted) break;
+      if (e.kind === 'restart-broker') {
+        const started = Date.now();
+        await fire(e);
+        shift += Date.now() - started;
+      } else {
+        pending.push(fire(e));
+      }
+    }
+    await Promise.all(pending);
+    rmSync(downFile, { force: true });
+    const faultsEnded = Date.now();
+    say(`faults done after ${seconds(faultsEnded - t0)}; waiting for the producer and for the pipeline to come to rest (at most ${seconds(settleTimeoutMs)})`);
+
+    // --- settle: wait until nothing moves, with progress ---
+    const queues = topology.consumer(CONSUMER);
+    const watched = [queues.queue, ...queues.retryQueues];
+    const deadline = Date.now() + settleTimeoutMs;
+    let quiet = 0;
+    let lastProgress = 0;
+    let settled = false;
+    let lastState = '';
+    while (Date.now() < deadline && !interrupted) {
+      if (!producer.finished && !producer.running && producer.unexpectedExits.length > 0) throw new Error(`the producer died (${producer.unexpectedExits.join('; ')}); the run cannot tell what was published`);
+      try {
+        const [depths, lag, progress, parked] = await Promise.all([Promise.all(watched.map((q) => mgmt.queue(q))), db.store.outbox.lag(), db.progress(), mgmt.queue(queues.parkedQueue)]);
+        const rows = await db.retryRows();
+        const unheld = rows.filter((r) => r.tenant !== HELD_TENANT).length;
+        const inQueues = depths.reduce((n, d) => n + d.messages, 0);
+        const still = producer.finished && lag.pending === 0 && inQueues === 0 && unheld === 0;
+        quiet = still ? quiet + 1 : 0;
+        lastState =
+          `${progress.effects}/${progress.expected} side effects` +
+          `${producer.finished ? '' : ' (producer still publishing)'}, parked ${parked.messages}, work queue ${depths[0]?.messages ?? 0} (${depths[0]?.unacked ?? 0} unacked)` +
+          `, tiers ${depths.slice(1).map((d) => d.messages).join('/')}, retry table ${rows.length} (${rows.length - unheld} held), outbox ${lag.pending} pending`;
+        if (quiet >= 5) {
+          settled = true;
+          break;
+        }
+      } catch (error) {
+        quiet = 0;
+        lastState = `not readable right now: ${error instanceof Error ? error.message : String(error)}`;
+      }
+      if (Date.now() - lastProgress >= 5000) {
+        lastProgress = Date.now();
+        say(`  ${seconds(Date.now() - t0).padStart(6)}  ${lastState}`);
+      }
+      await sleep(1000);
+    }
+    const settledAt = Date.now();
+    say(settled ? `at rest after ${seconds(settledAt - faultsEnded)}: ${lastState}` : `NOT at rest after ${seconds(settleTimeoutMs)}: ${lastState}`);
+
+    // --- stop everything, then read what happened ---
+    await Promise.all(children.map((c) => c.stop()));
+    const [expected, effects, markers, retryRows, outbox, lag] = await Promise.all([
+      db.expected(),
+      db.effects(),
+      db.markers(CONSUMER),
+      db.retryRows(),
+      db.outboxStates(),
+      db.store.outbox.lag(),
+    ]);
+    const broker: BrokerState = {
+      queues: await Promise.all([queues.queue, ...queues.retryQueues, queues.parkedQueue].map(async (q) => ({ name: q, ...(await mgmt.queue(q)) }))),
+      parked: await readParked(amqpUrl, queues.parkedQueue),
+    };
+    const consumerTotals: Record<string, number> = {};
+    for (const c of consumers) for (const [k, v] of Object.entries(c.totals())) consumerTotals[k] = (consumerTotals[k] ?? 0) + v;
+    const facts: RunFacts = {
+      seed: args.seed,
+      messages: args.messages,
+      brokerLabel: `RabbitMQ ${brokerVersion}`,
+      storeLabel: postgres ? 'PostgreSQL 15' : 'SQLite',
+      expected,
+      effects,
+      markers,
+      retryRows,
+      outbox,
+      outboxLag: lag,
+      broker,
+      produced: producer.produced,
+      settled,
+      faults: done.map((d) => ({ kind: d.event.kind, ok: d.ok, detail: d.detail, tookMs: d.tookMs, at: d.at })),
+      unexpectedExits: children.flatMap((c) => c.unexpectedExits),
+      restarts: Object.fromEntries(children.map((c) => [c.name, c.startedAt.length - 1])),
+      consumerTotals,
+      relayTotals: relay.totals(),
+      schedulerTotals: scheduler.totals(),
+      timings: { faultsMs: faultsEnded - t0, settleMs: settledAt - faultsEnded, totalMs: Date.now() - runStarted },
+    };
+    const result = check(facts);
+    process.stdout.write(`\n${renderReport(facts, result)}\n`);
+    writeFileSync(join(runDir, 'report.json'), JSON.stringify({ facts: { ...facts, effects: Object.fromEntries(effects), markers: [...markers] }, result }, null, 2));
+    return result.violations.length === 0 ? 0 : 1;
+  } finally {
+    await cleanup();
+    say(`services stopped; run took ${seconds(Date.now() - runStarted)}`);
+  }
+}
+
+// A bug in the run itself must not leave its broker and database running: it is printed,
+// the run goes on to its cleanup, and exits 2 whatever the check said.
+let internalError = false;
+process.on('uncaughtException', (error) => {
+  internalError = true;
+  process.stderr.write(`chaos: unexpected error in the run itself: ${error.stack ?? error.message}\n`);
+});
+
+main().then(
+  (code) => process.exit(internalError ? 2 : code),
+  (error: unknown) => {
+    process.stderr.write(`chaos: the run itself failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    process.exit(2);
+  },
+);
