@@ -683,6 +683,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     const policy = this.options.retryTable as RetryTablePolicy<T>;
     const messageId = d.msg.properties.messageId as string | undefined;
     const recorded = recordedFailure(error);
+    const recordedInfo = describeFailure(recorded);
     const waits = (wholeNumber(headers[HEADER.waits], 0) ?? 0) + 1;
     if (waits > (policy.maxAttempts ?? DEFAULT_WAIT_ATTEMPTS)) {
       await this.park(d, headers, 'max-attempts', recorded, failed + 1);
@@ -700,7 +701,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       queue: this.declaration.queue,
       parkedQueue: this.declaration.parkedQueue,
       waits,
-      failure: describeFailure(recorded),
+      failure: recordedInfo,
       decision,
       now: new Date(),
     });
@@ -731,7 +732,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       }
     }
     if (!this.ack(d)) return; // redelivered; the row is updated, not doubled, next time
-    this.logger.info('message waits in the retry table', { consumer: this.name, messageId, dependency: decision.dependency, tenant: decision.tenant, row: stored.id, paused: stored.paused });
+    this.logger.info(`message waits in the retry table for '${decision.dependency}' (${recordedInfo.errorClass}: ${firstLine(recordedInfo.message)})`, { consumer: this.name, messageId, waits, dependency: decision.dependency, tenant: decision.tenant, row: stored.id, paused: stored.paused, errorClass: recordedInfo.errorClass, error: recordedInfo.message });
     this.count({ kind: 'waiting', messageId, dependency: decision.dependency, tenant: decision.tenant, row: stored.id, paused: stored.paused, nextAttemptAt: decision.nextAttemptAt, error: recorded }, d);
   }
 
@@ -752,7 +753,10 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       [HEADER.consumer]: this.name,
     };
     if (await this.move(d, queue, next, { reason: 'unencodable-headers', attempts: decision.attempts, failure })) {
-      this.logger.info('handler failed; retrying later', { consumer: this.name, messageId, attempts: decision.attempts, queue });
+      this.logger.info(`handler failed (${failure.errorClass}: ${firstLine(failure.message)}); retrying in ${this.declaration.delaysMs[decision.tier] ?? 0} ms`, {
+        consumer: this.name, messageId, attempt: decision.attempts, maxAttempts: this.declaration.maxAttempts, tier: decision.tier, delayMs: this.declaration.delaysMs[decision.tier], queue,
+        errorClass: failure.errorClass, error: failure.message,
+      });
       this.count({ kind: 'retried', messageId, attempts: decision.attempts, queue, error }, d);
     }
   }
@@ -771,7 +775,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       [HEADER.parkedAt]: now.toISOString(),
     };
     if (await this.move(d, this.declaration.parkedQueue, next, { reason, attempts, failure })) {
-      this.logger.warn('message parked', { consumer: this.name, messageId, reason, attempts, error: failure.message });
+      this.logger.warn(`message parked (${reason}; ${failure.errorClass}: ${firstLine(failure.message)})`, { consumer: this.name, messageId, reason, attempts, queue: this.declaration.parkedQueue, errorClass: failure.errorClass, error: failure.message });
       this.count({ kind: 'parked', messageId, reason, attempts, error }, d);
     }
   }
@@ -928,4 +932,10 @@ class StoreOutage extends Error {
   constructor(override readonly cause: unknown) {
     super('store outage');
   }
+}
+
+/** The first line of an error message, cut to 200 characters, for a log line's text (the whole message is a field). */
+function firstLine(message: string): string {
+  const line = message.split('\n', 1)[0] ?? '';
+  return line.length > 200 ? `${line.slice(0, 199)}…` : line;
 }
