@@ -56,10 +56,12 @@ export interface OutboxRelayOptions {
    */
   retry?: { initialDelayMs?: number; maxDelayMs?: number };
   /**
-   * SQLite only: how long claimed rows stay reserved for a relay. If the relay dies
-   * between publishing and marking, another relay publishes them again after this (a
-   * duplicate, never a loss). Keep it well above the publisher's `connectTimeoutMs`.
-   * On PostgreSQL the claim is a row lock that ends with the relay's connection.
+   * SQLite only: how long claimed rows stay reserved for a relay past its last renewal.
+   * The relay renews the lease every third of it while it publishes, so a slow publish
+   * (a confirm can take the publisher's `confirmTimeoutMs`) keeps its rows; if the relay
+   * dies between publishing and marking, another relay publishes them again once the
+   * lease runs out (a duplicate, never a loss). On PostgreSQL the claim is a row lock
+   * that ends with the relay's connection.
    * @default 30000
    */
   leaseMs?: number;
@@ -84,6 +86,7 @@ export interface ClaimOptions {
   readonly strictOrder: boolean;
   readonly relayId: string;
   readonly leaseMs: number;
+  readonly logger: Logger;
 }
 
 /**
@@ -177,6 +180,7 @@ export class OutboxRelay extends EventEmitter {
       strictOrder: options.strictOrder ?? true,
       relayId: `${process.pid}.${randomBytes(4).toString('hex')}`,
       leaseMs: checkInt(options.leaseMs, 30_000, 'leaseMs', 1, 24 * 3600 * 1000),
+      logger: options.logger ?? silentLogger,
     });
     this.pollMs = checkInt(options.pollMs, driver.defaultPollMs, 'pollMs', 1, 3_600_000);
     this.initialDelayMs = checkInt(options.retry?.initialDelayMs, 100, 'retry.initialDelayMs', 1, 3_600_000);

@@ -126,7 +126,7 @@ export class SqliteRelayDriver<DB extends SqliteDatabase> implements RelayDriver
     }, 'claim outbox rows');
     if (rows === 'busy') return 'busy';
     if (rows.length === 0) return [];
-    const outcomes = await publish(rows);
+    const outcomes = await this.publishLeased(claim, rows, publish);
     await this.store.write((db) => {
       const now = Date.now();
       const sent = this.store.statement(db, `UPDATE ${t} SET sent_at = ?, lease_owner = NULL, lease_until = NULL WHERE id = ?`);
@@ -140,6 +140,47 @@ export class SqliteRelayDriver<DB extends SqliteDatabase> implements RelayDriver
       }
     }, 'mark outbox rows');
     return outcomes;
+  }
+
+  /**
+   * Publishes claimed rows while renewing their lease every third of it, so the lease
+   * outlives the publish however long that takes (a confirm can take the publisher's
+   * whole `confirmTimeoutMs`, after a reconnect and a wait for a slot): another relay
+   * never takes rows over while they are still being sent. Only a relay that stops
+   * renewing (killed, or its event loop frozen past the lease) lets them go.
+   */
+  private async publishLeased(claim: ClaimOptions, rows: readonly OutboxRow[], publish: (rows: readonly OutboxRow[]) => Promise<RowOutcome[]>): Promise<RowOutcome[]> {
+    const t = this.store.tables.outbox;
+    const ids = JSON.stringify(rows.map((r) => Number(r.id)));
+    let timer: NodeJS.Timeout | undefined;
+    let done = false;
+    const renew = async (): Promise<void> => {
+      try {
+        const changes = await this.store.write(
+          (db) =>
+            Number(
+              this.store
+                .statement(db, `UPDATE ${t} SET lease_until = ? WHERE lease_owner = ? AND sent_at IS NULL AND id IN (SELECT value FROM json_each(?))`)
+                .run(Date.now() + claim.leaseMs, claim.relayId, ids).changes,
+            ),
+          'renew the outbox lease',
+        );
+        if (changes < rows.length && !done) claim.logger.warn('outbox relay lost the lease on rows it is publishing (its renewals came too late); another relay may send them too', { relayId: claim.relayId, rows: rows.length, renewed: changes });
+      } catch (error) {
+        claim.logger.warn('outbox relay could not renew its lease; trying again', { relayId: claim.relayId, error: error instanceof Error ? error.message : String(error) });
+      }
+      if (!done) schedule();
+    };
+    const schedule = () => {
+      timer = setTimeout(() => void renew(), Math.max(1, Math.floor(claim.leaseMs / 3)));
+    };
+    schedule();
+    try {
+      return await publish(rows);
+    } finally {
+      done = true;
+      clearTimeout(timer);
+    }
   }
 
   lag(): Promise<OutboxLag> {
