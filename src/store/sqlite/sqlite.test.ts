@@ -71,8 +71,11 @@ describe('SQLite store', () => {
     const store = open({ database: db });
     await store.migrate();
     const result = await store.idempotency().run('m-1', 'orders', async (tx) => {
-      expect(tx).toBe(db);
+      // A stand-in for the database (so it can be closed when the transaction ends), with its type.
+      expect(tx).toBeInstanceOf(Database);
+      expect(tx.inTransaction).toBe(true);
       tx.prepare('INSERT INTO orders (id, state) VALUES (?, ?)').run(1, 'new');
+      expect(tx.pragma('journal_mode', { simple: true })).toBe('wal');
     });
     expect(result).toBe('done');
     db.transaction(() => {
