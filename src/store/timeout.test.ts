@@ -157,4 +157,29 @@ describe.each(BACKENDS)('guarded handler past its timeout: %s', (backend) => {
     expect(runs).toBe(1);
     expect((await readEffects(h.spec, store)).get('twin')).toBe(1);
   });
+
+  it.runIf(backend === 'postgres')('cancels the query a timed-out handler is stuck in, so its locks go at once', async () => {
+    const h = await harness(backend);
+    const store = h.store();
+    await createEffects(h.spec, store);
+    const { topology, consumer: name } = setup();
+    const warren = await connectWarren(topology);
+    let started = 0;
+    const consumer = await warren.consume(
+      name,
+      async (_p: unknown, ctx) => {
+        await bumpEffect(h.spec, ctx.tx, ctx.messageId as string);
+        started++;
+        // The schema in a comment, so the test finds this backend in pg_stat_activity.
+        await (ctx.tx as pg.PoolClient).query(`SELECT pg_sleep(3600) /* ${h.spec.backend === 'postgres' ? h.spec.schema : ''} */`);
+      },
+      { idempotency: store.idempotency(), timeoutMs: 100 },
+    );
+    await warren.publish('order.created', {});
+    await waitFor(() => started === 1, 'the handler to start its query');
+    await waitFor(() => consumer.stats.retried === 1, 'the timeout to retry the message');
+    await waitFor(async () => (await backends(h, `query LIKE '%pg_sleep%'`)) === 0, 'the stuck query to be cancelled and its connection gone', 5000);
+    await waitFor(() => consumer.stats.parked === 1, 'the second attempt to time out too and park');
+    expect(await readEffects(h.spec, store)).toEqual(new Map());
+  });
 });
