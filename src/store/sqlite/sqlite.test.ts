@@ -118,9 +118,9 @@ describe('SQLite store', () => {
     expect(error).toBeInstanceOf(StoreUnavailableError);
     expect(Date.now() - started).toBeGreaterThanOrEqual(280);
     // Each try of BEGIN blocks for the connection's 20 ms busy_timeout, then the store
-    // sleeps: a dozen or more ticks of 10 ms if the loop kept running (fewer on a loaded
-    // machine); a blocked loop would give ~0.
-    expect(ticks).toBeGreaterThan(5);
+    // sleeps: a dozen ticks of 10 ms if the loop kept running (a handful on a loaded
+    // machine); a loop blocked for the whole wait gives 0 or 1.
+    expect(ticks).toBeGreaterThan(2);
     locker.exec('ROLLBACK');
   });
 });
