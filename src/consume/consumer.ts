@@ -600,11 +600,16 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       const guard = this.options.idempotency;
       let work: Promise<void>;
       if (guard) {
-        work = this.runGuarded(guard, messageId as string, async (tx) => {
-          run.tx = tx;
-          this.arm(run);
-          await this.handler(payload, run);
-        });
+        work = this.runGuarded(
+          guard,
+          messageId as string,
+          async (tx) => {
+            run.tx = tx;
+            this.arm(run);
+            await this.handler(payload, run);
+          },
+          run.signal,
+        );
       } else {
         this.arm(run);
         work = this.callHandler(payload, run);
@@ -636,13 +641,17 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     await this.handler(payload, context);
   }
 
-  /** Runs the guard, holding the message while the database is unreachable. */
-  private async runGuarded(guard: NonNullable<ConsumerOptions<T, Tx>['idempotency']>, messageId: string, work: (tx: Tx) => Promise<void>): Promise<void> {
+  /**
+   * Runs the guard, holding the message while the database is unreachable or busy (a
+   * twin of this message still running). `signal` lets the guard roll back a handler
+   * that times out, even one that never settles.
+   */
+  private async runGuarded(guard: NonNullable<ConsumerOptions<T, Tx>['idempotency']>, messageId: string, work: (tx: Tx) => Promise<void>, signal: AbortSignal): Promise<void> {
     const holdUntil = Date.now() + this.storeOutageHoldMs;
     for (let attempt = 1; ; attempt++) {
       let result: 'done' | 'duplicate';
       try {
-        result = await guard.run(messageId, this.name, work);
+        result = await guard.run(messageId, this.name, work, signal);
       } catch (error) {
         if (!(error instanceof WarrenError && error.code === 'STORE_UNAVAILABLE')) throw error;
         if (Date.now() >= holdUntil || this.stopping) throw new StoreOutage(error);

@@ -11,11 +11,17 @@ import type { StandardSchemaV1 } from './schema.js';
  */
 export interface IdempotencyGuard<Tx> {
   /**
+   * @param signal aborted when the handler runs past its `timeoutMs` (or the consumer
+   * closes past its deadline): the guard then rolls the transaction back (or discards
+   * its connection) and rejects at once, even if `work` never settles, and any later use
+   * of the `tx` it gave fails.
    * @returns `'done'` when `work` ran and committed, `'duplicate'` when the marker
    * existed and `work` did not run. Throws what `work` throws (after rolling back),
-   * or a {@link StoreUnavailableError} when the database cannot be reached.
+   * or a {@link StoreUnavailableError} when the database cannot be reached or another
+   * delivery of the same message still runs (the consumer holds the message and tries
+   * again without counting an attempt).
    */
-  run(messageId: string, consumer: string, work: (tx: Tx) => Promise<void>): Promise<'done' | 'duplicate'>;
+  run(messageId: string, consumer: string, work: (tx: Tx) => Promise<void>, signal?: AbortSignal): Promise<'done' | 'duplicate'>;
 }
 
 /** What a handler gets beside the payload. */

@@ -101,7 +101,7 @@ describe.each(BACKENDS)('store contract: %s', (backend) => {
       expect(await guard.run('m-1', 'billing', work)).toBe('duplicate');
       expect(runs).toBe(1);
       expect((await readEffects(h.spec, store)).get('k')).toBe(1);
-      expect(guard.stats).toEqual({ done: 1, duplicate: 1, failed: 0, unavailable: 0 });
+      expect(guard.stats).toEqual({ done: 1, duplicate: 1, failed: 0, unavailable: 0, busy: 0 });
       const markers = await store.transaction((tx) => exec(h.spec, tx, `SELECT message_id, consumer, processed_at FROM ${store.tables.processed}`));
       expect(markers).toHaveLength(1);
       expect(markers[0]).toMatchObject({ message_id: 'm-1', consumer: 'billing' });

@@ -10,6 +10,7 @@ import type { RetryTable } from '../retry-table/index.js';
 import type { OutboxRelay, OutboxRelayOptions } from './outbox-relay.js';
 
 export { OutboxRelay, type OutboxRelayOptions, type OutboxPublisher, type RelayPass, type RelayStats } from './outbox-relay.js';
+export { StoreBusyError, TransactionClosedError } from './transaction.js';
 export { outboxRecord, outgoingMessage, type OutboxRecord, type OutboxRow } from './outbox-message.js';
 
 /** Which database a store keeps its tables in. */
@@ -93,6 +94,12 @@ export interface GuardStats {
   failed: number;
   /** Runs refused because the database could not be reached. */
   unavailable: number;
+  /**
+   * Runs held back because the database was busy: another delivery of the same message
+   * still ran (its marker is taken), or the store's connection stayed busy too long. The
+   * consumer tries them again without counting an attempt.
+   */
+  busy: number;
 }
 
 /** The guard a store gives to `warren.consume(name, handler, { idempotency })`. */

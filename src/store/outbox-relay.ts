@@ -9,6 +9,9 @@ import { outgoingMessage, type OutboxRow } from './outbox-message.js';
 import { checkInt } from './options.js';
 import { Sleeper } from '../sleeper.js';
 
+/** How soon a relay looks again while rows wait behind a transaction that may still commit. */
+const GAP_RECHECK_MS = 20;
+
 /** What the relay needs from a publisher: `Publisher.send` (confirmed, `mandatory`). */
 export interface OutboxPublisher {
   send(message: OutgoingMessage): Promise<void>;
@@ -56,13 +59,25 @@ export interface OutboxRelayOptions {
    */
   retry?: { initialDelayMs?: number; maxDelayMs?: number };
   /**
-   * SQLite only: how long claimed rows stay reserved for a relay. If the relay dies
-   * between publishing and marking, another relay publishes them again after this (a
-   * duplicate, never a loss). Keep it well above the publisher's `connectTimeoutMs`.
-   * On PostgreSQL the claim is a row lock that ends with the relay's connection.
+   * SQLite only: how long claimed rows stay reserved for a relay past its last renewal.
+   * The relay renews the lease every third of it while it publishes, so a slow publish
+   * (a confirm can take the publisher's `confirmTimeoutMs`) keeps its rows; if the relay
+   * dies between publishing and marking, another relay publishes them again once the
+   * lease runs out (a duplicate, never a loss). On PostgreSQL the claim is a row lock
+   * that ends with the relay's connection.
    * @default 30000
    */
   leaseMs?: number;
+  /**
+   * PostgreSQL only, with `strictOrder`: the longest the relay holds rows back behind an
+   * id whose transaction may still commit (ids are taken at insert, rows become visible at
+   * commit, so a transaction that inserted first can commit last). Past it the rows
+   * behind go out, and a row that commits later still goes out, late (logged). Keep it
+   * above your longest transaction that adds outbox rows, e.g. a guarded handler's
+   * `timeoutMs`.
+   * @default 60000
+   */
+  gapTimeoutMs?: number;
   /** @default a logger that drops everything */
   logger?: Logger;
 }
@@ -84,17 +99,27 @@ export interface ClaimOptions {
   readonly strictOrder: boolean;
   readonly relayId: string;
   readonly leaseMs: number;
+  readonly gapTimeoutMs: number;
+  readonly logger: Logger;
+}
+
+/** What one batch did: the rows published, and the rows held back behind an id gap. */
+export interface RelayBatch {
+  readonly outcomes: readonly RowOutcome[];
+  /** Rows claimed but not published this time (behind a row that may still commit). */
+  readonly heldBack: number;
 }
 
 /**
  * What a backend gives the relay. `relayBatch` claims up to `limit` pending rows in id
- * order, hands them to `publish`, and records the outcomes; it returns `'busy'` when
- * another relay holds the order lock.
+ * order, hands them to `publish` (all of them, or those before a row that may still
+ * commit), and records the outcomes; it returns `'busy'` when another relay holds the
+ * order lock.
  */
 export interface RelayDriver {
   readonly backend: StoreBackend;
   readonly defaultPollMs: number;
-  relayBatch(claim: ClaimOptions, publish: (rows: readonly OutboxRow[]) => Promise<RowOutcome[]>): Promise<readonly RowOutcome[] | 'busy'>;
+  relayBatch(claim: ClaimOptions, publish: (rows: readonly OutboxRow[]) => Promise<RowOutcome[]>): Promise<RelayBatch | 'busy'>;
   lag(): Promise<OutboxLag>;
   /** Calls `wake` when rows may have been committed; returns the unsubscribe. */
   subscribe(wake: () => void, logger: Logger): Promise<() => Promise<void>>;
@@ -112,6 +137,8 @@ export interface RelayPass {
   readonly failed: number;
   /** True when another relay held the order lock and this pass did nothing. */
   readonly busy: boolean;
+  /** Rows held back behind a row whose transaction may still commit (PostgreSQL, strict order). */
+  readonly heldBack: number;
 }
 
 /** Running totals of a relay. */
@@ -156,7 +183,7 @@ export class OutboxRelay extends EventEmitter {
   private readonly sleeper = new Sleeper(() => this.running);
   private loopDone: Promise<void> | undefined;
   private unsubscribe: (() => Promise<void>) | undefined;
-  private passing: Promise<RelayPass> = Promise.resolve({ claimed: 0, published: 0, flagged: 0, failed: 0, busy: false });
+  private passing: Promise<RelayPass> = Promise.resolve({ claimed: 0, published: 0, flagged: 0, failed: 0, busy: false, heldBack: 0 });
   /** Strict order after a failed row: claim one row at a time until a pass goes through. */
   private single = false;
   /** The claim limit of the last pass: a pass that filled it goes again at once. */
@@ -177,6 +204,8 @@ export class OutboxRelay extends EventEmitter {
       strictOrder: options.strictOrder ?? true,
       relayId: `${process.pid}.${randomBytes(4).toString('hex')}`,
       leaseMs: checkInt(options.leaseMs, 30_000, 'leaseMs', 1, 24 * 3600 * 1000),
+      gapTimeoutMs: checkInt(options.gapTimeoutMs, 60_000, 'gapTimeoutMs', 0, 24 * 3600 * 1000),
+      logger: options.logger ?? silentLogger,
     });
     this.pollMs = checkInt(options.pollMs, driver.defaultPollMs, 'pollMs', 1, 3_600_000);
     this.initialDelayMs = checkInt(options.retry?.initialDelayMs, 100, 'retry.initialDelayMs', 1, 3_600_000);
@@ -249,7 +278,10 @@ export class OutboxRelay extends EventEmitter {
         continue;
       }
       failures = 0;
-      if (pass.busy) await this.sleeper.sleep(this.pollMs, true);
+      // Rows wait behind a transaction that may still commit: look again soon (its
+      // commit notifies; a rollback does not).
+      if (pass.heldBack > 0) await this.sleeper.sleep(Math.min(this.pollMs, GAP_RECHECK_MS), true);
+      else if (pass.busy) await this.sleeper.sleep(this.pollMs, true);
       else if (pass.claimed < this.lastLimit) await this.sleeper.sleep(this.pollMs, true);
     }
   }
@@ -257,8 +289,9 @@ export class OutboxRelay extends EventEmitter {
   private async pass(): Promise<RelayPass> {
     const claim = this.single && this.claim.strictOrder ? { ...this.claim, limit: 1 } : this.claim;
     this.lastLimit = claim.limit;
-    const outcomes = await this.driver.relayBatch(claim, (rows) => this.publish(rows));
-    if (outcomes === 'busy') return { claimed: 0, published: 0, flagged: 0, failed: 0, busy: true };
+    const batch = await this.driver.relayBatch(claim, (rows) => this.publish(rows));
+    if (batch === 'busy') return { claimed: 0, published: 0, flagged: 0, failed: 0, busy: true, heldBack: 0 };
+    const { outcomes, heldBack } = batch;
     let published = 0;
     let flagged = 0;
     let failed = 0;
@@ -272,7 +305,7 @@ export class OutboxRelay extends EventEmitter {
     this.stats.failed += failed;
     this.stats.passes++;
     if (outcomes.length > 0) this.single = failed > 0;
-    const pass: RelayPass = { claimed: outcomes.length, published, flagged, failed, busy: false };
+    const pass: RelayPass = { claimed: outcomes.length, published, flagged, failed, busy: false, heldBack };
     if (outcomes.length > 0) this.emit('pass', pass);
     return pass;
   }

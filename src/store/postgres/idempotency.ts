@@ -1,33 +1,69 @@
 import { StoreError, StoreUnavailableError } from '../../errors.js';
 import type { GuardStats, StoreGuard } from '../index.js';
-import { Rollback } from '../transaction.js';
+import { closableHandle, Rollback, StoreBusyError, TransactionClosedError, untilAborted } from '../transaction.js';
 import type { PgClient } from './driver.js';
-import type { PostgresInternals } from './index.js';
+import { AbandonTransaction, type PostgresInternals } from './index.js';
 
 /**
  * The idempotency guard over PostgreSQL: BEGIN, `INSERT … ON CONFLICT DO NOTHING` of the
- * `(message_id, consumer)` marker, the handler with the same client, COMMIT. A second
- * delivery of the same message waits on the first one's uncommitted marker, then finds
- * it (duplicate: skipped) or, if the first rolled back, inserts it and runs.
+ * `(message_id, consumer)` marker, the handler with the same client, COMMIT.
+ *
+ * A second delivery of the same message while the first still runs never waits on the
+ * first one's uncommitted marker (that would park a connection on a row lock for as long
+ * as the first handler runs): the marker insert first takes a transaction-scoped advisory
+ * lock on the pair with `pg_try_advisory_xact_lock`, and a copy that cannot take it is
+ * refused at once with {@link StoreBusyError}; the consumer holds it and tries again
+ * without counting an attempt, and finds the marker (duplicate) or, if the first rolled
+ * back, runs.
+ *
+ * The handler gets a stand-in for the client: when its `signal` aborts (it ran past
+ * `timeoutMs`) the connection is discarded at once, whether or not the handler settles,
+ * so PostgreSQL rolls the transaction back and its locks go (a query still running on it
+ * is cancelled); every later use of that `tx` throws {@link TransactionClosedError}.
  */
 export class PostgresIdempotencyGuard<C extends PgClient> implements StoreGuard<C> {
-  readonly stats: GuardStats = { done: 0, duplicate: 0, failed: 0, unavailable: 0 };
+  readonly stats: GuardStats = { done: 0, duplicate: 0, failed: 0, unavailable: 0, busy: 0 };
 
   constructor(private readonly store: PostgresInternals<C>) {}
 
-  async run(messageId: string, consumer: string, work: (tx: C) => Promise<void>): Promise<'done' | 'duplicate'> {
+  async run(messageId: string, consumer: string, work: (tx: C) => Promise<void>, signal?: AbortSignal): Promise<'done' | 'duplicate'> {
+    if (signal?.aborted) throw signal.reason;
     // Sent with BEGIN in one round trip, so the guard costs no round trip of its own:
     // the handler needed BEGIN anyway.
-    const insert = `INSERT INTO ${this.store.tables.processed} (message_id, consumer) VALUES (${sqlLiteral(messageId)}, ${sqlLiteral(consumer)}) ON CONFLICT DO NOTHING`;
+    const table = this.store.tables.processed;
+    const key = sqlLiteral(JSON.stringify([table, consumer, messageId]));
+    const insert = `WITH lock AS (SELECT pg_try_advisory_xact_lock(hashtextextended(${key}, 0)) AS ok),
+      ins AS (INSERT INTO ${table} (message_id, consumer) SELECT ${sqlLiteral(messageId)}, ${sqlLiteral(consumer)} FROM lock WHERE lock.ok ON CONFLICT DO NOTHING RETURNING 1)
+      SELECT (SELECT ok FROM lock) AS locked, (SELECT count(*) FROM ins)::int AS inserted`;
     try {
       const outcome = await this.store.transaction(
-        async (client, inserted) => {
-          // Fail closed: a driver or wrapper that reports no row count must not turn a
+        async (client, first) => {
+          // Fail closed: a driver or wrapper that reports no result must not turn a
           // duplicate into a second run of the handler.
-          const rows = inserted?.rowCount;
-          if (rows === 0) throw new Rollback('duplicate' as const);
-          if (rows !== 1) throw new StoreError('postgres', `The idempotency marker insert reported ${String(rows)} rows instead of 0 or 1, so a duplicate cannot be told from new work; the message was not handled. Use pg's own client (or one that reports rowCount for multi-statement queries).`);
-          await work(client);
+          const row = first?.rows[0] as { locked?: unknown; inserted?: unknown } | undefined;
+          if (typeof row?.locked !== 'boolean' || (row.inserted !== 0 && row.inserted !== 1)) {
+            throw new StoreError('postgres', `The idempotency marker insert answered ${JSON.stringify(row)} instead of whether it was inserted, so a duplicate cannot be told from new work; the message was not handled. Use pg's own client (or one that returns the rows of multi-statement queries).`);
+          }
+          if (!row.locked) throw new StoreBusyError(`another delivery of message '${messageId}' to consumer '${consumer}' is still running (its idempotency marker is taken); held and tried again`);
+          if (row.inserted === 0) throw new Rollback('duplicate' as const);
+          let inFlight = 0;
+          const settled = () => void inFlight--;
+          const tx = closableHandle(client, {
+            onCall: (result) => {
+              if (result instanceof Promise) {
+                inFlight++;
+                result.then(settled, settled);
+              }
+            },
+          });
+          try {
+            await untilAborted(work(tx.handle), signal);
+          } catch (error) {
+            tx.close(new TransactionClosedError('postgres', `The handler of message '${messageId}' (consumer '${consumer}') used its \`tx\` after its transaction was rolled back (${error instanceof Error ? error.message : String(error)}); nothing it wrote is kept.`));
+            if (signal?.aborted === true && error === signal.reason) throw new AbandonTransaction(error, inFlight > 0);
+            throw error;
+          }
+          tx.close(new TransactionClosedError('postgres', `The handler of message '${messageId}' (consumer '${consumer}') used its \`tx\` after it returned and the transaction had ended: use \`tx\` only while the handler runs.`));
           return 'done' as const;
         },
         'run an idempotent handler',
@@ -36,7 +72,8 @@ export class PostgresIdempotencyGuard<C extends PgClient> implements StoreGuard<
       this.stats[outcome]++;
       return outcome;
     } catch (error) {
-      if (error instanceof StoreUnavailableError) this.stats.unavailable++;
+      if (error instanceof StoreBusyError) this.stats.busy++;
+      else if (error instanceof StoreUnavailableError) this.stats.unavailable++;
       else this.stats.failed++;
       throw error;
     }

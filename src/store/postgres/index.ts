@@ -8,7 +8,7 @@ import type { MigrationReport, PruneOptions, PruneResult, Store, StoreOptions, S
 import { OutboxRelay, type OutboxRelayOptions } from '../outbox-relay.js';
 import { checkIdentifier, checkInt, resolveStoreOptions, type ResolvedStoreOptions } from '../options.js';
 import { pruneAll, PruneSchedule } from '../prune.js';
-import { Rollback } from '../transaction.js';
+import { Rollback, StoreBusyError } from '../transaction.js';
 import { createPool, type PgClient, type PgPool, type PgQueryResult } from './driver.js';
 import { isUnavailable, mapError } from './errors.js';
 import { PostgresIdempotencyGuard } from './idempotency.js';
@@ -230,7 +230,8 @@ export class PostgresStore<C extends PgClient = PgClient> implements Store<C>, P
     try {
       return await fn(client, state);
     } catch (error) {
-      if (isUnavailable(error)) state.broken ??= error instanceof Error ? error : new Error(String(error));
+      // Busy (a twin holds the marker) is not an outage: the connection is fine.
+      if (isUnavailable(error) && !(error instanceof StoreBusyError)) state.broken ??= error instanceof Error ? error : new Error(String(error));
       throw error;
     } finally {
       client.removeListener('error', onError);
@@ -264,6 +265,14 @@ export class PostgresStore<C extends PgClient = PgClient> implements Store<C>, P
       try {
         result = await body(client, firstResult);
       } catch (error) {
+        if (error instanceof AbandonTransaction) {
+          // The handler may never settle and may have a query in flight: a ROLLBACK would
+          // queue behind it. Discard the connection (PostgreSQL rolls back when it goes)
+          // and cancel what still runs on it, so its locks go now.
+          state.broken = toError(error.reason);
+          if (error.queryInFlight) this.cancelBackend(client);
+          throw error.reason;
+        }
         let rollbackError: unknown;
         await client.query('ROLLBACK').catch((e: unknown) => (rollbackError = e));
         // The handler's own query failed because the connection did: an outage, not a handler failure.
@@ -286,6 +295,15 @@ export class PostgresStore<C extends PgClient = PgClient> implements Store<C>, P
       }
       return result;
     }, doing);
+  }
+
+  /** Cancels the query running on `client`'s backend, from another connection; best effort. */
+  private cancelBackend(client: C): void {
+    const pid = (client as { processID?: unknown }).processID;
+    if (typeof pid !== 'number') return;
+    this.withClient((c) => c.query('SELECT pg_cancel_backend($1)', [pid]), 'cancel an abandoned query').catch((error: unknown) => {
+      this.options.logger.warn('could not cancel the query of a timed-out handler; its connection was discarded, and PostgreSQL ends the query when it notices', { pid, error: error instanceof Error ? error.message : String(error) });
+    });
   }
 
   idempotency(): PostgresIdempotencyGuard<C> {
@@ -325,6 +343,19 @@ export class PostgresStore<C extends PgClient = PgClient> implements Store<C>, P
  */
 export function postgresStore<C extends PgClient = PgClient>(options: PostgresStoreOptions<C> = {}): PostgresStore<C> {
   return new PostgresStore<C>(options);
+}
+
+/**
+ * Thrown by a transaction body to give up the transaction without waiting on its
+ * connection (a timed-out handler's): the connection is discarded instead of rolled back,
+ * and `reason` is thrown.
+ */
+export class AbandonTransaction {
+  constructor(
+    readonly reason: unknown,
+    /** A query may still be running on the connection: cancel it. */
+    readonly queryInFlight: boolean,
+  ) {}
 }
 
 function toError(value: unknown): Error {

@@ -2,7 +2,7 @@ import { backoffDelay } from '../../connection/index.js';
 import type { Logger } from '../../logger.js';
 import type { Outbox, OutboxAddOptions, OutboxFailure, OutboxLag, OutboxReceipt } from '../index.js';
 import { outboxRecord, type OutboxRow } from '../outbox-message.js';
-import type { ClaimOptions, RelayDriver, RowOutcome } from '../outbox-relay.js';
+import type { ClaimOptions, RelayBatch, RelayDriver, RowOutcome } from '../outbox-relay.js';
 import type { PgClient, PgNotification } from './driver.js';
 import type { PostgresInternals } from './index.js';
 
@@ -17,7 +17,11 @@ export class PostgresOutbox<C extends PgClient> implements Outbox<C> {
     if (!this.store.isReady) await this.store.ready();
     const r = outboxRecord(routingKey, payload, options);
     const t = this.store.tables.outbox;
-    const insert = `INSERT INTO ${t} (message_id, exchange, routing_key, content, properties) VALUES ($1, $2, $3, $4, $5::jsonb) RETURNING id::text AS id`;
+    // The transaction takes its id (pg_current_xact_id) before the row takes its id from
+    // the sequence: a relay that sees a gap in row ids then finds the gap's transaction
+    // among those in progress, and holds the rows behind it until that one has ended.
+    const insert = `INSERT INTO ${t} (message_id, exchange, routing_key, content, properties)
+      SELECT $1, $2, $3, $4, $5::jsonb FROM (SELECT pg_current_xact_id()) AS x RETURNING id::text AS id`;
     const values: unknown[] = [r.messageId, r.exchange, r.routingKey, r.content, r.properties];
     // One round trip: the insert and its notification in one statement.
     const sql = this.store.channel === undefined ? insert : `WITH ins AS (${insert}) SELECT ins.id, pg_notify($6, '') FROM ins`;
@@ -70,33 +74,88 @@ interface RowRecord {
   attempts: number;
 }
 
+interface ClaimRecord extends RowRecord {
+  /** Row ids missing between the last row before the batch and its last row. */
+  missing: string[] | null;
+  /** The claim's snapshot: every transaction below `xmin` has ended; `xmax` is the next id. */
+  xmin: string;
+  xmax: string;
+}
+
+/** When a missing row id was first seen, and which transactions could still commit it. */
+interface Gap {
+  /** Transactions with an id below this were the only ones that could hold the row id. */
+  readonly xmax: bigint;
+  readonly since: number;
+  warned: boolean;
+}
+
+/** With nothing committed below a batch, how far back to look for rows that may still commit. */
+const LOOKBACK = 1000;
+
 /**
  * The relay's view of PostgreSQL. One transaction per batch: claim rows with
  * `FOR UPDATE SKIP LOCKED` (with `strictOrder`, first a transaction-scoped advisory lock
  * so one relay at a time publishes), publish them, mark them, COMMIT. A relay that dies
  * before COMMIT loses its locks with its connection, and the rows go out again.
+ *
+ * Strict order over concurrent writers: row ids come from a sequence at INSERT, rows
+ * become visible at COMMIT, so a row id below a visible row can still be missing because
+ * its transaction has not committed yet. The claim reads, in the same snapshot, which ids
+ * are missing below its last row. A missing id belongs to a transaction that was in
+ * progress when the relay first saw the gap (an outbox insert takes its transaction id
+ * before its row id), so once every transaction below that snapshot's `xmax` has ended
+ * (`xmin` has passed it) the id either appeared or never will (rolled back). Until then,
+ * and at most `gapTimeoutMs`, the rows behind it are held back.
  */
 export class PostgresRelayDriver<C extends PgClient> implements RelayDriver {
   readonly backend = 'postgres' as const;
   readonly defaultPollMs = 1000;
 
+  /** Row ids this relay saw missing below rows it claimed, by id. */
+  private gaps = new Map<string, Gap>();
+
   constructor(private readonly store: PostgresInternals<C>) {}
 
-  relayBatch(claim: ClaimOptions, publish: (rows: readonly OutboxRow[]) => Promise<RowOutcome[]>): Promise<readonly RowOutcome[] | 'busy'> {
+  relayBatch(claim: ClaimOptions, publish: (rows: readonly OutboxRow[]) => Promise<RowOutcome[]>): Promise<RelayBatch | 'busy'> {
     const t = this.store.tables.outbox;
     return this.store.transaction(async (client) => {
       const q = <R>(sql: string, values: unknown[]) => this.store.query<R>(client, sql, values, 'relay outbox rows');
+      let rows: RowRecord[];
+      let heldBack = 0;
       if (claim.strictOrder) {
-        const { rows } = await q<{ ok: boolean }>('SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0)) AS ok', [`warren.relay:${t}`]);
-        if (!rows[0]?.ok) return 'busy' as const;
+        const lock = await q<{ ok: boolean }>('SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0)) AS ok', [`warren.relay:${t}`]);
+        if (!lock.rows[0]?.ok) return 'busy' as const;
+        // One statement, so the claim, the gaps and the snapshot agree.
+        const claimed = (
+          await q<ClaimRecord>(
+            `WITH claimed AS (
+               SELECT o.id, o.message_id, o.exchange, o.routing_key, o.content, o.properties::text AS properties, o.attempts FROM ${t} AS o
+               WHERE o.sent_at IS NULL AND o.failed_at IS NULL ORDER BY o.id LIMIT $1 FOR UPDATE SKIP LOCKED),
+             bounds AS (SELECT min(id) AS first, max(id) AS last FROM claimed),
+             span AS (SELECT coalesce((SELECT max(o.id) FROM ${t} AS o WHERE o.id < b.first), greatest(b.first - $2, 0)) AS lo, b.last FROM bounds AS b)
+             SELECT c.id::text AS id, c.message_id, c.exchange, c.routing_key, c.content, c.properties, c.attempts,
+               (SELECT array_agg(g::text ORDER BY g) FROM span, generate_series(span.lo + 1, span.last) AS g
+                 WHERE NOT EXISTS (SELECT 1 FROM ${t} AS o WHERE o.id = g)) AS missing,
+               pg_snapshot_xmin(pg_current_snapshot())::text AS xmin, pg_snapshot_xmax(pg_current_snapshot())::text AS xmax
+             FROM claimed AS c ORDER BY c.id`,
+            [claim.limit, LOOKBACK + 1],
+          )
+        ).rows;
+        const ready = this.beforeGap(claimed, claim);
+        heldBack = claimed.length - ready;
+        rows = claimed.slice(0, ready);
+      } else {
+        rows = (
+          await q<RowRecord>(
+            // Order by the bigint column, not the text alias (which would sort '10' before '2').
+            `SELECT o.id::text AS id, o.message_id, o.exchange, o.routing_key, o.content, o.properties::text AS properties, o.attempts FROM ${t} AS o
+             WHERE o.sent_at IS NULL AND o.failed_at IS NULL ORDER BY o.id LIMIT $1 FOR UPDATE SKIP LOCKED`,
+            [claim.limit],
+          )
+        ).rows;
       }
-      const { rows } = await q<RowRecord>(
-        // Order by the bigint column, not the text alias (which would sort '10' before '2').
-        `SELECT o.id::text AS id, o.message_id, o.exchange, o.routing_key, o.content, o.properties::text AS properties, o.attempts FROM ${t} AS o
-         WHERE o.sent_at IS NULL AND o.failed_at IS NULL ORDER BY o.id LIMIT $1 FOR UPDATE SKIP LOCKED`,
-        [claim.limit],
-      );
-      if (rows.length === 0) return [];
+      if (rows.length === 0) return { outcomes: [], heldBack };
       const outcomes = await publish(
         rows.map((r): OutboxRow => ({ id: r.id, messageId: r.message_id, exchange: r.exchange, routingKey: r.routing_key, content: r.content, properties: r.properties, attempts: Number(r.attempts) })),
       );
@@ -111,8 +170,45 @@ export class PostgresRelayDriver<C extends PgClient> implements RelayDriver {
           [rest.map((o) => o.id), rest.map((o) => o.error.slice(0, 2000))],
         );
       }
-      return outcomes;
+      return { outcomes, heldBack };
     }, 'relay outbox rows');
+  }
+
+  /**
+   * How many of the claimed rows (in id order) may go out now: those before the first
+   * missing id whose transaction may still commit. A missing id is settled once every
+   * transaction that was in progress when it was first seen has ended, or after
+   * `gapTimeoutMs` (logged).
+   */
+  private beforeGap(claimed: readonly ClaimRecord[], claim: ClaimOptions): number {
+    const head = claimed[0];
+    if (head === undefined || head.missing === null || head.missing.length === 0) {
+      this.gaps.clear();
+      return claimed.length;
+    }
+    const xmin = BigInt(head.xmin);
+    const xmax = BigInt(head.xmax);
+    const now = Date.now();
+    const seen = new Map<string, Gap>();
+    let open: string | undefined;
+    for (const id of head.missing) {
+      const gap = this.gaps.get(id) ?? { xmax, since: now, warned: false };
+      seen.set(id, gap);
+      if (open !== undefined || xmin >= gap.xmax) continue; // its transaction has ended: it rolled back
+      if (now - gap.since >= claim.gapTimeoutMs) {
+        if (!gap.warned) {
+          gap.warned = true;
+          claim.logger.warn('outbox relay stopped waiting for a row whose transaction is still open; the rows after it go out first, and it goes out late if it commits', { missingId: id, waitedMs: now - gap.since, gapTimeoutMs: claim.gapTimeoutMs });
+        }
+        continue;
+      }
+      open = id;
+    }
+    this.gaps = seen;
+    if (open === undefined) return claimed.length;
+    const limit = BigInt(open);
+    const index = claimed.findIndex((r) => BigInt(r.id) > limit);
+    return index === -1 ? claimed.length : index;
   }
 
   lag(): Promise<OutboxLag> {

@@ -1,6 +1,6 @@
 import { StoreUnavailableError } from '../../errors.js';
 import type { GuardStats, StoreGuard } from '../index.js';
-import { Rollback } from '../transaction.js';
+import { closableHandle, Rollback, StoreBusyError, TransactionClosedError, untilAborted } from '../transaction.js';
 import type { SqliteDatabase } from './driver.js';
 import type { SqliteInternals } from './index.js';
 
@@ -8,27 +8,60 @@ import type { SqliteInternals } from './index.js';
  * The idempotency guard over SQLite: BEGIN IMMEDIATE, insert the `(message_id, consumer)`
  * marker (a duplicate inserts nothing: roll back, skip the handler), run the handler with
  * the database, COMMIT both. A handler that throws rolls the marker back with its writes.
+ *
+ * The handler gets a stand-in for the connection, not the connection: when its `signal`
+ * aborts (it ran past `timeoutMs`) the transaction is rolled back and the connection
+ * given to the next transaction at once, whether or not the handler settles, and from
+ * then on every use of its `tx` (and of statements it prepared on it) throws
+ * {@link TransactionClosedError} instead of writing outside the transaction or inside
+ * another one.
  */
 export class SqliteIdempotencyGuard<DB extends SqliteDatabase> implements StoreGuard<DB> {
-  readonly stats: GuardStats = { done: 0, duplicate: 0, failed: 0, unavailable: 0 };
+  readonly stats: GuardStats = { done: 0, duplicate: 0, failed: 0, unavailable: 0, busy: 0 };
 
   constructor(private readonly store: SqliteInternals<DB>) {}
 
-  async run(messageId: string, consumer: string, work: (tx: DB) => Promise<void>): Promise<'done' | 'duplicate'> {
+  async run(messageId: string, consumer: string, work: (tx: DB) => Promise<void>, signal?: AbortSignal): Promise<'done' | 'duplicate'> {
+    if (signal?.aborted) throw signal.reason;
     const insert = `INSERT INTO ${this.store.tables.processed} (message_id, consumer, processed_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`;
     try {
       const outcome = await this.store.write(async (db) => {
         const { changes } = this.store.statement(db, insert).run(messageId, consumer, Date.now());
         if (Number(changes) === 0) throw new Rollback('duplicate' as const);
-        await work(db);
+        const tx = closableHandle(db, { wrap: (method, result, guard) => (method === 'prepare' ? closableStatement(result as object, guard) : result) });
+        try {
+          await untilAborted(work(tx.handle), signal);
+        } catch (error) {
+          tx.close(new TransactionClosedError('sqlite', `The handler of message '${messageId}' (consumer '${consumer}') used its \`tx\` after its transaction was rolled back (${error instanceof Error ? error.message : String(error)}); nothing it wrote is kept.`));
+          throw error;
+        }
+        tx.close(new TransactionClosedError('sqlite', `The handler of message '${messageId}' (consumer '${consumer}') used its \`tx\` after it returned and the transaction had ended: use \`tx\` only while the handler runs.`));
         return 'done' as const;
       }, 'run an idempotent handler');
       this.stats[outcome]++;
       return outcome;
     } catch (error) {
-      if (error instanceof StoreUnavailableError) this.stats.unavailable++;
+      if (error instanceof StoreBusyError) this.stats.busy++;
+      else if (error instanceof StoreUnavailableError) this.stats.unavailable++;
       else this.stats.failed++;
       throw error;
     }
   }
+}
+
+/** A prepared statement whose every call fails once the handler's transaction has ended. */
+function closableStatement(statement: object, guard: () => void): object {
+  return new Proxy(statement, {
+    get(t, prop) {
+      guard();
+      const value: unknown = Reflect.get(t, prop, t);
+      if (typeof value !== 'function') return value;
+      const fn = value as (...args: unknown[]) => unknown;
+      return function (this: unknown, ...args: unknown[]) {
+        guard();
+        const result = fn.apply(t, args);
+        return result === t ? this : result;
+      };
+    },
+  });
 }

@@ -13,7 +13,7 @@ import type { MigrationReport, PruneOptions, PruneResult, Store, StoreOptions, S
 import { OutboxRelay, type OutboxRelayOptions } from '../outbox-relay.js';
 import { checkInt, resolveStoreOptions, sleep, type ResolvedStoreOptions } from '../options.js';
 import { pruneAll, PruneSchedule } from '../prune.js';
-import { insideTransaction, isInsideTransaction, Mutex, Rollback } from '../transaction.js';
+import { insideTransaction, isInsideTransaction, Mutex, Rollback, StoreBusyError, unwrapHandle } from '../transaction.js';
 import { openSqlite, type SqliteDatabase, type SqliteStatement } from './driver.js';
 import { isBusy, mapError } from './errors.js';
 import { SqliteIdempotencyGuard } from './idempotency.js';
@@ -41,8 +41,10 @@ export interface SqliteStoreOptions<DB extends SqliteDatabase = SqliteDatabase> 
    */
   database?: DB;
   /**
-   * How long a transaction waits for another process's write lock before the store
-   * reports the database unavailable (the consumer then holds the message and tries again).
+   * How long a transaction waits to start before the store reports the database
+   * unavailable (the consumer then holds the message and tries again): for this store's
+   * connection, busy with another transaction of this process, and then for another
+   * process's write lock.
    * @default 5000
    */
   busyTimeoutMs?: number;
@@ -103,6 +105,8 @@ export class SqliteStore<DB extends SqliteDatabase = SqliteDatabase> implements 
   private readonly relays = new Set<OutboxRelay>();
   private readonly pruner: PruneSchedule;
   private wakeAfterCommit = false;
+  /** What holds the connection now, for the message of a caller that waited too long. */
+  private holder: { readonly doing: string; readonly since: number } | undefined;
   private closed = false;
 
   constructor(options: SqliteStoreOptions<DB> = {}) {
@@ -172,7 +176,9 @@ export class SqliteStore<DB extends SqliteDatabase = SqliteDatabase> implements 
     return db;
   }
 
-  statement(db: SqliteDatabase, sql: string): SqliteStatement {
+  statement(handle: SqliteDatabase, sql: string): SqliteStatement {
+    // A handler's `tx` is a stand-in for the connection: cache by the connection itself.
+    const db = unwrapHandle(handle);
     let cache = this.statements.get(db);
     if (!cache) this.statements.set(db, (cache = new Map()));
     let stmt = cache.get(sql);
@@ -227,7 +233,7 @@ export class SqliteStore<DB extends SqliteDatabase = SqliteDatabase> implements 
 
   private async readOn<R>(db: DB, body: (db: DB) => R, doing: string): Promise<R> {
     if (isInsideTransaction(this)) return body(db);
-    const release = await this.mutex.lock();
+    const release = await this.lock(doing);
     try {
       return body(db);
     } catch (error) {
@@ -245,7 +251,7 @@ export class SqliteStore<DB extends SqliteDatabase = SqliteDatabase> implements 
         'A transaction of this SQLite store was opened inside another one (for example `store.transaction()` inside a guarded handler). They share one connection, so the inner one would wait for the outer forever: use the `tx` you were given.',
       );
     }
-    const release = await this.mutex.lock();
+    const release = await this.lock(doing);
     try {
       if (!db.open) throw new ClosedError('The SQLite store');
       await this.begin(db, doing);
@@ -274,6 +280,24 @@ export class SqliteStore<DB extends SqliteDatabase = SqliteDatabase> implements 
     } finally {
       release();
     }
+  }
+
+  /**
+   * Takes the store's connection, waiting at most `busyTimeoutMs` for the transaction on
+   * it to end (a guarded handler's transaction ends at its `timeoutMs` at the latest).
+   */
+  private async lock(doing: string): Promise<() => void> {
+    const holder = this.holder;
+    const release = await this.mutex.lock(this.busyTimeoutMs, () => {
+      const now = this.holder ?? holder;
+      const what = now === undefined ? 'another transaction' : `a transaction that has been running for ${Date.now() - now.since} ms (${now.doing})`;
+      return new StoreBusyError(`SQLite '${this.filename}' could not ${doing}: the store's connection stayed busy with ${what} for longer than busyTimeoutMs (${this.busyTimeoutMs} ms); keep transactions short, or raise \`busyTimeoutMs\``);
+    });
+    this.holder = { doing, since: Date.now() };
+    return () => {
+      this.holder = undefined;
+      release();
+    };
   }
 
   /** BEGIN IMMEDIATE, polling (without blocking the event loop) while another process writes. */

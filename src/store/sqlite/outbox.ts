@@ -2,7 +2,7 @@ import { StoreSchemaError } from '../../errors.js';
 import type { Logger } from '../../logger.js';
 import type { Outbox, OutboxAddOptions, OutboxFailure, OutboxLag, OutboxReceipt } from '../index.js';
 import { outboxRecord, type OutboxRow } from '../outbox-message.js';
-import type { ClaimOptions, RelayDriver, RowOutcome } from '../outbox-relay.js';
+import type { ClaimOptions, RelayBatch, RelayDriver, RowOutcome } from '../outbox-relay.js';
 import type { SqliteDatabase } from './driver.js';
 import type { SqliteInternals } from './index.js';
 import { LATEST } from './migrations.js';
@@ -104,7 +104,7 @@ export class SqliteRelayDriver<DB extends SqliteDatabase> implements RelayDriver
 
   constructor(private readonly store: SqliteInternals<DB>) {}
 
-  async relayBatch(claim: ClaimOptions, publish: (rows: readonly OutboxRow[]) => Promise<RowOutcome[]>): Promise<readonly RowOutcome[] | 'busy'> {
+  async relayBatch(claim: ClaimOptions, publish: (rows: readonly OutboxRow[]) => Promise<RowOutcome[]>): Promise<RelayBatch | 'busy'> {
     const t = this.store.tables.outbox;
     const rows = await this.store.write((db) => {
       const now = Date.now();
@@ -125,9 +125,19 @@ export class SqliteRelayDriver<DB extends SqliteDatabase> implements RelayDriver
       );
     }, 'claim outbox rows');
     if (rows === 'busy') return 'busy';
-    if (rows.length === 0) return [];
-    const outcomes = await publish(rows);
-    await this.store.write((db) => {
+    if (rows.length === 0) return { outcomes: [], heldBack: 0 };
+    // The lease is renewed until the rows are marked, not only while they are sent.
+    const outcomes = await this.leased(claim, rows, async () => {
+      const outcomes = await publish(rows);
+      await this.mark(outcomes);
+      return outcomes;
+    });
+    return { outcomes, heldBack: 0 };
+  }
+
+  private mark(outcomes: readonly RowOutcome[]): Promise<void> {
+    const t = this.store.tables.outbox;
+    return this.store.write((db) => {
       const now = Date.now();
       const sent = this.store.statement(db, `UPDATE ${t} SET sent_at = ?, lease_owner = NULL, lease_until = NULL WHERE id = ?`);
       const flagged = this.store.statement(db, `UPDATE ${t} SET failed_at = ?, last_error = ?, attempts = attempts + 1, lease_owner = NULL, lease_until = NULL WHERE id = ?`);
@@ -139,7 +149,47 @@ export class SqliteRelayDriver<DB extends SqliteDatabase> implements RelayDriver
         else failed.run(o.error.slice(0, 2000), id);
       }
     }, 'mark outbox rows');
-    return outcomes;
+  }
+
+  /**
+   * Runs `work` (publish, then mark) on claimed rows while renewing their lease every third of it, so the lease
+   * outlives the publish however long that takes (a confirm can take the publisher's
+   * whole `confirmTimeoutMs`, after a reconnect and a wait for a slot): another relay
+   * never takes rows over while they are still being sent. Only a relay that stops
+   * renewing (killed, or its event loop frozen past the lease) lets them go.
+   */
+  private async leased<R>(claim: ClaimOptions, rows: readonly OutboxRow[], work: () => Promise<R>): Promise<R> {
+    const t = this.store.tables.outbox;
+    const ids = JSON.stringify(rows.map((r) => Number(r.id)));
+    let timer: NodeJS.Timeout | undefined;
+    let done = false;
+    const renew = async (): Promise<void> => {
+      try {
+        const changes = await this.store.write(
+          (db) =>
+            Number(
+              this.store
+                .statement(db, `UPDATE ${t} SET lease_until = ? WHERE lease_owner = ? AND sent_at IS NULL AND id IN (SELECT value FROM json_each(?))`)
+                .run(Date.now() + claim.leaseMs, claim.relayId, ids).changes,
+            ),
+          'renew the outbox lease',
+        );
+        if (changes < rows.length && !done) claim.logger.warn('outbox relay lost the lease on rows it is publishing (its renewals came too late); another relay may send them too', { relayId: claim.relayId, rows: rows.length, renewed: changes });
+      } catch (error) {
+        claim.logger.warn('outbox relay could not renew its lease; trying again', { relayId: claim.relayId, error: error instanceof Error ? error.message : String(error) });
+      }
+      if (!done) schedule();
+    };
+    const schedule = () => {
+      timer = setTimeout(() => void renew(), Math.max(1, Math.floor(claim.leaseMs / 3)));
+    };
+    schedule();
+    try {
+      return await work();
+    } finally {
+      done = true;
+      clearTimeout(timer);
+    }
   }
 
   lag(): Promise<OutboxLag> {

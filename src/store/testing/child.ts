@@ -49,8 +49,8 @@ if (role === 'migrate') {
   const handlerMs = Number(process.env['WARREN_HANDLER_MS'] ?? 0);
   const inner = store.idempotency();
   const guard = {
-    async run(messageId: string, consumer: string, work: (tx: unknown) => Promise<void>) {
-      const result = await inner.run(messageId, consumer, work);
+    async run(messageId: string, consumer: string, work: (tx: unknown) => Promise<void>, signal?: AbortSignal) {
+      const result = await inner.run(messageId, consumer, work, signal);
       if (result === 'done' && crash === 'after-commit') {
         say(`committed ${messageId}`);
         process.kill(process.pid, 'SIGKILL');

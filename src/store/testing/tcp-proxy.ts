@@ -9,6 +9,9 @@ import net from 'node:net';
 export class TcpProxy {
   private server: net.Server | undefined;
   private readonly sockets = new Set<net.Socket>();
+  /** Server-to-client streams, so `hold()` can stop what the server sends. */
+  private readonly downstreams = new Map<net.Socket, net.Socket>();
+  private holding = false;
   private constructor(
     private readonly targetPort: number,
     private readonly targetHost: string,
@@ -35,11 +38,14 @@ export class TcpProxy {
         upstream.destroy();
         this.sockets.delete(client);
         this.sockets.delete(upstream);
+        this.downstreams.delete(upstream);
       };
       client.on('error', close).on('close', close);
       upstream.on('error', close).on('close', close);
       client.pipe(upstream);
-      upstream.pipe(client);
+      this.downstreams.set(upstream, client);
+      if (this.holding) upstream.pause();
+      else upstream.pipe(client);
     });
     this.server = server;
     return new Promise((resolve, reject) => {
@@ -50,6 +56,26 @@ export class TcpProxy {
         resolve();
       });
     });
+  }
+
+  /**
+   * Holds back everything the server sends (confirms, replies, heartbeats) on every
+   * connection, open or new, until `release()`; what the client sends still goes through.
+   */
+  hold(): void {
+    if (this.holding) return;
+    this.holding = true;
+    for (const [upstream, client] of this.downstreams) {
+      upstream.unpipe(client);
+      upstream.pause();
+    }
+  }
+
+  /** Forwards what the server sent while held, and everything after. */
+  release(): void {
+    if (!this.holding) return;
+    this.holding = false;
+    for (const [upstream, client] of this.downstreams) upstream.pipe(client);
   }
 
   /** Drops every connection and refuses new ones. */
