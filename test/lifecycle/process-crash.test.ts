@@ -22,6 +22,8 @@ describe('the consumer process is killed mid-handler', () => {
       handled.push({ id: ctx.messageId, routingKey: ctx.routingKey, redeliveries: ctx.headers[HEADER.redeliveries] });
     });
     await waitFor(() => consumer.stats.acked === 1, 'the redelivered message to be handled');
+    // The guard's move is counted once its ack is done, which can come after its copy was handled.
+    await waitFor(() => consumer.stats.redeliveryMoved === 1, 'the crash-loop move to be counted');
     // The delivery the dead process held came back marked redelivered; the crash-loop
     // guard counted it once (keeping the original routing key), and the handler ran once here.
     expect(handled).toEqual([{ id: messageId, routingKey: 'job', redeliveries: 1 }]);
