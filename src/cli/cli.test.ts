@@ -473,10 +473,11 @@ describe('warren topology', () => {
     expect(before.stdout).toMatch(new RegExp(`queue ${topology.consumer('billing').parkedQueue.replace(/\./g, '\\.')}: missing`));
     const plan = await warren(['topology', 'plan', '--json'], { env });
     expect(plan.code).toBe(0);
-    expect(json<{ toCreate: unknown[] }>(plan.stdout).toCreate).toHaveLength(9);
+    // The exchange, 8 queues and 2 bindings.
+    expect(json<{ toCreate: unknown[] }>(plan.stdout).toCreate).toHaveLength(11);
     const apply = await warren(['topology', 'apply'], { env });
     expect(apply.code, apply.stderr).toBe(0);
-    expect(apply.stdout).toMatch(/Applied: exchange \S+, 8 queues, 2 bindings \(9 created/);
+    expect(apply.stdout).toMatch(/Applied: exchange \S+, 8 queues, 2 bindings \(11 created/);
     const after = await warren(['topology', 'verify'], { env });
     expect(after.code).toBe(0);
     expect(after.stdout).toMatch(/The broker matches the declaration/);
@@ -500,6 +501,74 @@ describe('warren topology', () => {
     expect(apply.stderr).toMatch(/Not applied: the broker differs from the declaration/);
     expect(apply.stderr).toMatch(/x-message-ttl is 30000 on the broker, the declaration wants 60000/);
     expect(apply.stderr).toMatch(/warren never deletes anything/);
+  });
+});
+
+describe('bindings are part of the topology', () => {
+  it('a deleted binding: verify and status fail naming it, apply re-creates and counts it', async () => {
+    const { env, topology } = await topologyModule(build);
+    const conn = await declared(topology);
+    const billing = topology.consumer('billing');
+    const ch = await conn.createChannel();
+    await ch.unbindQueue(billing.queue, topology.exchange, 'order.created');
+    await ch.close();
+    const where = `${topology.exchange} -> ${billing.queue} with routing key order.created`.replace(/[.>]/g, (c) => `\\${c}`);
+
+    const verify = await warren(['topology', 'verify'], { env });
+    expect(verify.code, verify.stdout).toBe(1);
+    expect(verify.stdout).toMatch(new RegExp(`binding ${where}: missing \\(warren topology apply creates it\\)`));
+    const plan = await warren(['topology', 'plan', '--json'], { env });
+    expect(json<{ toCreate: Array<{ kind: string }> }>(plan.stdout).toCreate.map((e) => e.kind)).toEqual(['binding']);
+
+    const status = await warren(['status'], { env });
+    expect(status.code, status.stdout).toBe(1);
+    expect(status.stdout).toMatch(new RegExp(`! billing: binding ${where} is missing`));
+    const statusJson = json<{ problems: Array<{ kind: string; consumer: string }> }>((await warren(['status', '--json'], { env })).stdout);
+    expect(statusJson.problems).toEqual([expect.objectContaining({ kind: 'missing-binding', consumer: 'billing' })]);
+
+    const apply = await warren(['topology', 'apply'], { env });
+    expect(apply.code, apply.stderr).toBe(0);
+    expect(apply.stdout).toMatch(new RegExp(`created binding ${where}`));
+    expect(apply.stdout).toMatch(/\(1 created/);
+    expect((await warren(['topology', 'verify'], { env })).code).toBe(0);
+    expect((await warren(['status'], { env })).code).toBe(0);
+  }, 60_000);
+
+  it('an extra binding on a work queue is drift, reported with how to remove it, and never removed', async () => {
+    const { env, topology } = await topologyModule(build);
+    const conn = await declared(topology);
+    const email = topology.consumer('email');
+    const ch = await conn.createChannel();
+    await ch.bindQueue(email.queue, topology.exchange, 'invoice.#');
+    await ch.close();
+    const verify = await warren(['topology', 'verify'], { env });
+    expect(verify.code, verify.stdout).toBe(1);
+    expect(verify.stdout).toContain(`binding ${topology.exchange} -> ${email.queue} with routing key invoice.#: on the broker, not in the declaration`);
+    expect(verify.stdout).toMatch(/rabbitmqadmin .*delete binding source=\S+ destination_type=queue destination=\S+ properties_key=invoice\.%23/);
+    const status = await warren(['status', 'email'], { env });
+    expect(status.code).toBe(1);
+    expect(status.stdout).toMatch(/! email: binding .* invoice\.# is not in the declaration/);
+    const apply = await warren(['topology', 'apply'], { env });
+    expect(apply.code, apply.stderr).toBe(0);
+    expect(apply.stdout).toMatch(/not in the declaration.*never removes/);
+    // Still there: a message with that key reaches the queue.
+    const pub = await conn.createConfirmChannel();
+    pub.publish(topology.exchange, 'invoice.paid', Buffer.from('{}'), { mandatory: true });
+    await pub.waitForConfirms();
+    await pub.close();
+    await waitFor(async () => (await depth(conn, email.queue)) === 1, 'the message through the extra binding');
+  }, 60_000);
+
+  it('without the management API, says that bindings could not be checked', async () => {
+    const { env, topology } = await topologyModule(build);
+    await declared(topology);
+    const off = ['--management-url', 'http://guest:guest@127.0.0.1:1'];
+    const verify = await warren(['topology', 'verify', ...off], { env });
+    expect(verify.code).toBe(0);
+    expect(verify.stdout).toMatch(/bindings could not be checked/i);
+    expect(verify.stdout).not.toMatch(/The broker matches the declaration/);
+    const status = await warren(['status', ...off], { env });
+    expect(status.stdout).toMatch(/bindings are not checked/);
   });
 });
 

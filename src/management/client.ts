@@ -1,4 +1,5 @@
 import { WarrenError } from '../errors.js';
+import type { BrokerBinding } from '../topology/plan.js';
 
 /** Options of the management API client. */
 export interface ManagementOptions {
@@ -83,6 +84,11 @@ export class ManagementClient {
   /** Every queue of the vhost. */
   async queues(): Promise<QueueInfo[]> {
     return (await this.get<QueueInfo[]>(`/queues/${encodeURIComponent(this.vhost)}`)) ?? [];
+  }
+
+  /** The bindings whose source is this exchange, or `undefined` when the exchange does not exist. */
+  async exchangeBindings(name: string): Promise<BrokerBinding[] | undefined> {
+    return this.get<BrokerBinding[]>(`/exchanges/${encodeURIComponent(this.vhost)}/${encodeURIComponent(name)}/bindings/source`);
   }
 
   /** One exchange's type, or `undefined` when it does not exist. */

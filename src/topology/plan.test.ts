@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { defineTopology } from './declaration.js';
-import { diffArguments, topologySpec } from './plan.js';
+import { diffArguments, diffBindings, topologySpec, unbindHint } from './plan.js';
 import { InvalidOptionError, UnknownConsumerError } from '../errors.js';
 
 describe('defineTopology', () => {
@@ -56,5 +56,26 @@ describe('diffArguments', () => {
       { argument: 'x-message-ttl', expected: 5000, actual: 100 },
     ]);
     expect(diffArguments({}, { 'x-queue-type': 'classic' })).toEqual([]);
+  });
+});
+
+describe('diffBindings', () => {
+  const wanted = [
+    { exchange: 'ev', queue: 'billing', pattern: 'order.created' },
+    { exchange: 'ev', queue: 'billing', pattern: 'order.paid' },
+    { exchange: 'ev', queue: 'email', pattern: 'order.*' },
+  ];
+  const b = (destination: string, routing_key: string, args: Record<string, unknown> = {}) => ({ source: 'ev', destination, destination_type: 'queue', routing_key, arguments: args });
+  it('finds missing declared bindings and extra ones on the work queues only', () => {
+    const d = diffBindings(wanted, [b('billing', 'order.created'), b('email', 'order.*'), b('email', 'invoice.#'), b('audit', 'order.#'), b('billing', 'order.paid', { 'x-match': 'all' })]);
+    expect(d.missing).toEqual([wanted[1]]);
+    expect(d.present).toEqual([wanted[0], wanted[2]]);
+    // A binding with arguments is not the declared one; a queue outside the topology is none of its business.
+    expect(d.extra.map((x) => `${x.destination}:${x.routing_key}`)).toEqual(['email:invoice.#', 'billing:order.paid']);
+  });
+  it('says how to remove a binding by hand', () => {
+    expect(unbindHint({ ...b('email', 'invoice.#'), properties_key: 'invoice.%23' }, 'shop')).toBe(
+      'rabbitmqadmin --vhost=shop delete binding source=ev destination_type=queue destination=email properties_key=invoice.%23',
+    );
   });
 });
