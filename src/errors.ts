@@ -151,6 +151,24 @@ export class BrokerUnreachableError extends WarrenError {
   }
 }
 
+/** Why a broker refused a connection during the AMQP handshake. */
+export type HandshakeFailure = 'credentials' | 'vhost' | 'not-amqp';
+
+/**
+ * The server answered, but the connection could not be opened: the broker refused the
+ * user's credentials, or the virtual host (missing, or the user has no access to it), or
+ * the server on that port does not speak AMQP. Trying again cannot help, so warren does
+ * not: the message says what is wrong and what to check.
+ */
+export class BrokerHandshakeError extends BrokerUnreachableError {
+  readonly reason: HandshakeFailure;
+  constructor(url: string, reason: HandshakeFailure, message: string, options?: { cause?: unknown }) {
+    super(url, message, options);
+    this.message = message;
+    this.reason = reason;
+  }
+}
+
 /** The object was closed; make a new one. */
 export class ClosedError extends WarrenError {
   constructor(what: string) {

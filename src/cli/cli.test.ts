@@ -151,6 +151,34 @@ describe('bad input', () => {
     expect(r.stderr + r.stdout).not.toContain('wr0ng-Passw0rd');
   });
 
+  it('a virtual host that does not exist, or that the user cannot use: says which and what to check, exit 3', async () => {
+    const { env } = await topologyModule(build);
+    const url = new URL(AMQP_URL);
+    url.pathname = '/no-such-vhost';
+    const r = await warren(['status', '--url', url.toString()], { env });
+    expect(r.code).toBe(3);
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
+    expect(r.stderr).not.toMatch(/ConnectionOpenOk|ConnectionClose/);
+    expect(r.stderr).toMatch(/refused virtual host 'no-such-vhost': it does not exist, or the user has no access to it\. Check the vhost in --url/);
+    expect(r.stderr).toMatch(/permissions/);
+  });
+
+  it('a server on the port that does not speak AMQP: says to check the port, exit 3', async () => {
+    const { env } = await topologyModule(build);
+    const { createServer } = await import('node:http');
+    const server = createServer((_req, res) => res.end('not AMQP'));
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as { port: number };
+    try {
+      const r = await warren(['status', '--url', `amqp://guest:guest@127.0.0.1:${port}`], { env });
+      expect(r.code).toBe(3);
+      expect(r.stderr.trim().split('\n')).toHaveLength(1);
+      expect(r.stderr).toMatch(new RegExp(`The server at amqp://guest:\\S+@127\\.0\\.0\\.1:${port} does not speak AMQP .*Check that port ${port} in --url \\(or WARREN_AMQP_URL\\) is RabbitMQ's AMQP port .*15672 is the management API's HTTP port`));
+    } finally {
+      server.close();
+    }
+  });
+
   it('a management API with a wrong password is reported without the password, and status still works', async () => {
     const { env } = await declaredModule();
     const mgmt = new URL(MGMT_URL);
@@ -167,6 +195,31 @@ async function declaredModule() {
   const conn = await declared(mod.topology);
   return { ...mod, conn };
 }
+
+describe('under a pipe', () => {
+  /** Runs `warren ARGS | READER` in bash and returns warren's exit code and stderr. */
+  function piped(args: readonly string[], reader: string, env: Record<string, string>) {
+    return warren(['-c', `"$0" "$1" ${args.join(' ')} | ${reader}; echo "warren-exit=\${PIPESTATUS[0]}" >&2`, process.execPath, MAIN], { env, shell: 'bash' });
+  }
+
+  it('a reader that goes away is a normal end: no EPIPE trace, the check decides the exit code', async () => {
+    const ok = await declaredModule();
+    // `true` exits before the CLI writes anything, so every write meets a closed pipe.
+    const closed = await piped(['status'], 'true', ok.env);
+    expect(closed.stderr).not.toMatch(/EPIPE|Error|at /);
+    expect(closed.stderr).toMatch(/warren-exit=0/);
+    const head = await piped(['status'], 'head -1', ok.env);
+    expect(head.stdout).toBe('billing\n');
+    expect(head.stderr).toMatch(/warren-exit=0$/m);
+
+    const parked = await withParked();
+    const failing = await piped(['status'], 'true', parked.env);
+    expect(failing.stderr).not.toMatch(/EPIPE|Error|at /);
+    expect(failing.stderr).toMatch(/warren-exit=1/);
+    const json = await piped(['status', '--json'], 'head -c 10', parked.env);
+    expect(json.stderr).toMatch(/warren-exit=1$/m);
+  });
+});
 
 describe('warren status', () => {
   it('exits 0 when nothing is parked and no work waits without a consumer', async () => {
