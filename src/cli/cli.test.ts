@@ -637,6 +637,22 @@ describe('topology modules', () => {
     expect(r.code, r.stderr).toBe(0);
   });
 
+  it('refuses a misspelt or misplaced option, naming it and the closest known one, exit 2', async () => {
+    const dir = await tempDir();
+    const typo = join(dir, 'typo.mjs');
+    await writeFile(typo, "export default { consumers: { billing: { bindings: ['order.created'], retry: { maxAtempts: 3 } } } };\n");
+    const r = await warren(['topology', 'verify', '--topology', typo]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/`consumers\.billing\.retry\.maxAtempts`: maxAtempts is not an option of consumers\.billing\.retry\. Did you mean maxAttempts\?/);
+    // Made with defineTopology in the module itself: the same error, before the CLI sees it.
+    const built = join(dir, 'built.mjs');
+    const index = new URL('../../dist/index.js', import.meta.url).href;
+    await writeFile(built, `import { defineTopology } from ${JSON.stringify(index)};\nexport const topology = defineTopology({ consumers: { billing: { bindings: ['order.created'], retry: { queueType: 'quorum' } } } });\n`);
+    const b = await warren(['topology', 'verify', '--topology', built]);
+    expect(b.code).toBe(2);
+    expect(b.stderr).toMatch(/`consumers\.billing\.retry\.queueType`.*queueType belongs to the consumer or the topology, not to retry/);
+  });
+
   it('loads a .ts module under tsx, and says how when plain node cannot', async () => {
     const { topology } = await declaredModule();
     const dir = await tempDir();

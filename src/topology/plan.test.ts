@@ -79,3 +79,27 @@ describe('diffBindings', () => {
     );
   });
 });
+
+describe('defineTopology: unknown keys', () => {
+  it('names the key, where it was and the closest known one, at every level', () => {
+    const attempt = (options: unknown) => {
+      try {
+        defineTopology(options as never);
+      } catch (error) {
+        return error;
+      }
+      return undefined;
+    };
+    const retry = attempt({ consumers: { billing: { bindings: ['x'], retry: { maxAtempts: 3 } } } });
+    expect(retry).toBeInstanceOf(InvalidOptionError);
+    expect(retry).toMatchObject({ option: 'consumers.billing.retry.maxAtempts' });
+    expect((retry as Error).message).toMatch(/`consumers\.billing\.retry\.maxAtempts`: maxAtempts is not an option of consumers\.billing\.retry\. Did you mean maxAttempts\?/);
+    const misplaced = attempt({ consumers: { billing: { bindings: ['x'], retry: { queueType: 'quorum' } } } });
+    expect((misplaced as Error).message).toMatch(/`consumers\.billing\.retry\.queueType`.*queueType belongs to the consumer or the topology, not to retry/);
+    expect((attempt({ retry: { delay: ['1s'] }, consumers: { a: { bindings: ['x'] } } }) as Error).message).toMatch(/`retry\.delay`.*Did you mean delays\?/);
+    expect((attempt({ exchnage: 'shop', consumers: { a: { bindings: ['x'] } } }) as Error).message).toMatch(/`exchnage`: exchnage is not an option of the topology\. Did you mean exchange\?/);
+    expect((attempt({ consumers: { a: { binding: ['x'] } } }) as Error).message).toMatch(/`consumers\.a\.binding`.*Did you mean bindings\?/);
+    // Far from every known key: the known ones are listed instead.
+    expect((attempt({ consumers: { a: { bindings: ['x'], colour: 'red' } } }) as Error).message).toMatch(/`consumers\.a\.colour`.*Known options: bindings, queue, retry, queueType, crashLimit\./);
+  });
+});
