@@ -43,11 +43,16 @@ export class InvalidOptionError extends WarrenError {
   }
 }
 
-/** One way in which an existing queue differs from the declaration. */
+/**
+ * One way in which an existing queue, exchange or binding differs from the declaration.
+ * For a binding the broker has and the declaration does not name, `name` reads
+ * `exchange -> queue with routing key K`, `argument` is `binding`, `expected` is
+ * `undefined` and `actual` the routing key.
+ */
 export interface TopologyDifference {
-  /** Queue or exchange name. */
+  /** Queue or exchange name; for a binding, the binding in words. */
   readonly name: string;
-  readonly kind: 'queue' | 'exchange';
+  readonly kind: 'queue' | 'exchange' | 'binding';
   /** Argument that differs, e.g. `x-message-ttl`; `type` for an exchange type. */
   readonly argument: string;
   /** What the declaration wants. `undefined` means "not set". */
@@ -58,6 +63,9 @@ export interface TopologyDifference {
 
 /** How to migrate a queue whose arguments cannot be changed in place. */
 export function migrationHint(diff: TopologyDifference): string {
+  if (diff.kind === 'binding') {
+    return `A binding the declaration does not name sends the consumer messages it may not expect. Add it to the declaration if it is wanted; else remove it yourself (rabbitmqadmin delete binding, or the management UI). warren never removes anything.`;
+  }
   if (diff.kind === 'exchange') {
     return `Exchange arguments cannot be changed in place: create a new exchange name in the declaration, or delete '${diff.name}' yourself when nothing depends on it. warren never deletes anything.`;
   }
@@ -77,8 +85,8 @@ function show(value: unknown): string {
 export class TopologyDriftError extends WarrenError {
   readonly differences: readonly TopologyDifference[];
   constructor(differences: readonly TopologyDifference[], options?: { cause?: unknown }) {
-    const lines = differences.map(
-      (d) => `${d.kind} '${d.name}': ${d.argument} is ${show(d.actual)} on the broker, the declaration wants ${show(d.expected)}`,
+    const lines = differences.map((d) =>
+      d.kind === 'binding' ? `binding ${d.name}: on the broker, not in the declaration` : `${d.kind} '${d.name}': ${d.argument} is ${show(d.actual)} on the broker, the declaration wants ${show(d.expected)}`,
     );
     const first = differences[0];
     super(
@@ -160,6 +168,24 @@ export class BrokerUnreachableError extends WarrenError {
   constructor(url: string, detail: string, options?: { cause?: unknown }) {
     super('BROKER_UNREACHABLE', `Cannot reach RabbitMQ at ${url}: ${detail}. Check that the broker runs and that the URL and credentials are right.`, options);
     this.url = url;
+  }
+}
+
+/** Why a broker refused a connection during the AMQP handshake. */
+export type HandshakeFailure = 'credentials' | 'vhost' | 'not-amqp';
+
+/**
+ * The server answered, but the connection could not be opened: the broker refused the
+ * user's credentials, or the virtual host (missing, or the user has no access to it), or
+ * the server on that port does not speak AMQP. Trying again cannot help, so warren does
+ * not: the message says what is wrong and what to check.
+ */
+export class BrokerHandshakeError extends BrokerUnreachableError {
+  readonly reason: HandshakeFailure;
+  constructor(url: string, reason: HandshakeFailure, message: string, options?: { cause?: unknown }) {
+    super(url, message, options);
+    this.message = message;
+    this.reason = reason;
   }
 }
 

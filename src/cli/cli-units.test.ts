@@ -76,11 +76,14 @@ describe('secrets', () => {
       describeConnectError(Object.assign(new Error('getaddrinfo ENOTFOUND rabbit'), { code: 'ENOTFOUND' }), url, 5000),
       describeConnectError(new Error('Handshake terminated by server: 403 (ACCESS-REFUSED) with message "ACCESS_REFUSED - Login was refused"'), url, 5000),
       describeConnectError(new Error('connect ETIMEDOUT'), url, 5000),
+      describeConnectError(new Error('connect ETIMEDOUT'), 'amqp://app:s3cret@rabbit:15672', 5000),
     ];
     expect(lines[0]).toMatch(/^Cannot reach RabbitMQ at amqp:\/\/app:\*\*\*@rabbit:5672: connection refused/);
     expect(lines[1]).toMatch(/host not found/);
     expect(lines[2]).toMatch(/refused the credentials of user 'app' \(ACCESS_REFUSED\)/);
     expect(lines[3]).toMatch(/no answer within 5000 ms/);
+    // The management port accepts the connection and never answers the AMQP handshake.
+    expect(lines[4]).toMatch(/port 15672 is an HTTP port of RabbitMQ .*not AMQP.*Use the AMQP port in --url/);
     for (const l of lines) {
       expect(l).not.toContain('s3cret');
       expect(l).not.toContain('\n');

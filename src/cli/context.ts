@@ -2,6 +2,7 @@ import { stat } from 'node:fs/promises';
 import { isAbsolute, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import * as amqp from 'amqplib';
+import { diagnoseHandshake } from '../connection/handshake.js';
 import { redactUrl } from '../connection/url.js';
 import { InvalidOptionError, StoreSchemaError, StoreUnavailableError } from '../errors.js';
 import { ManagementClient } from '../management/client.js';
@@ -117,20 +118,26 @@ export function describeConnectError(error: unknown, url: string, timeoutMs: num
   const where = redactUrl(url);
   const e = error as { code?: string; message?: string };
   const message = e?.message ?? String(error);
+  const handshake = diagnoseHandshake(error, url, '--url (or WARREN_AMQP_URL)');
+  if (handshake) return handshake.message;
   if (e?.code === 'ECONNREFUSED') return `Cannot reach RabbitMQ at ${where}: connection refused. Check that the broker runs and the host and port in --url (or WARREN_AMQP_URL).`;
   if (e?.code === 'ENOTFOUND' || e?.code === 'EAI_AGAIN') return `Cannot reach RabbitMQ at ${where}: host not found. Check the host in --url (or WARREN_AMQP_URL).`;
-  if (e?.code === 'ETIMEDOUT' || /ETIMEDOUT|timeout|timed out/i.test(message)) return `Cannot reach RabbitMQ at ${where}: no answer within ${timeoutMs} ms. Check the host and port, or raise --connect-timeout.`;
-  if (/ACCESS.REFUSED|403/.test(message)) {
-    let user = 'guest';
+  if (e?.code === 'ETIMEDOUT' || /ETIMEDOUT|timeout|timed out/i.test(message)) {
+    let port = '';
     try {
-      user = decodeURIComponent(new URL(url).username) || 'guest';
+      port = new URL(url).port;
     } catch {
-      // keep the default
+      // no port to name
     }
-    return `RabbitMQ at ${where} refused the credentials of user '${user}' (ACCESS_REFUSED). Check the user and password in --url (or WARREN_AMQP_URL).`;
+    // RabbitMQ's HTTP listeners accept the connection and then wait for a request that never comes.
+    if (['15672', '15671', '15692'].includes(port)) {
+      return `Cannot talk to RabbitMQ at ${where}: port ${port} is an HTTP port of RabbitMQ (the management API or metrics), not AMQP, so the handshake got no answer within ${timeoutMs} ms. Use the AMQP port in --url (or WARREN_AMQP_URL): 5672 by default, 5671 for amqps://.`;
+    }
+    return `Cannot reach RabbitMQ at ${where}: no answer within ${timeoutMs} ms. Check the host, and that the port is RabbitMQ's AMQP port (5672 by default; 15672 is the management API's HTTP port), or raise --connect-timeout.`;
   }
-  if (/NOT_ALLOWED|vhost/i.test(message)) return `RabbitMQ at ${where} refused the virtual host (${message.replace(/^.*?NOT_ALLOWED - /, '').split('"')[0]?.trim() ?? 'NOT_ALLOWED'}). Check the vhost in --url.`;
-  if (/Socket closed abruptly|ECONNRESET|Unexpected close|handshake/i.test(message)) return `Cannot talk to RabbitMQ at ${where}: the connection closed during the handshake (is this an AMQP port?).`;
+  if (/Socket closed abruptly|ECONNRESET|Unexpected close|handshake/i.test(message)) {
+    return `Cannot talk to RabbitMQ at ${where}: the connection closed during the handshake. Check that the port is RabbitMQ's AMQP port (5672 by default, 5671 for amqps://; 15672 is the management API's HTTP port).`;
+  }
   if (/Expected amqp|Invalid URL|protocol/i.test(message)) return `--url: ${where} is not an AMQP URL (amqp://user:password@host:5672/vhost).`;
   return `Cannot reach RabbitMQ at ${where}: ${message.split('\n')[0]}`;
 }

@@ -4,7 +4,7 @@
  * not need it, nor a topology.
  */
 import { relative } from 'node:path';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it, vi } from 'vitest';
 import { retryRowFixture } from '../retry-table/testing/rows.js';
 import { BACKENDS, harness, type Harness } from '../store/testing/harness.js';
 import type { AnyStore } from '../store/testing/spec.js';
@@ -12,6 +12,10 @@ import { parseAt, retryFilterOf } from './commands/retry.js';
 import { redactDbUrl, secretsOf } from './context.js';
 import { UsageError } from './errors.js';
 import { assertBuilt, ROOT, tempDir, warren as run, type RunOptions } from './testing/run.js';
+
+// Each test runs the built CLI several times, one process after another. Node alone takes
+// 3-5 s to start on a loaded 2-core machine (0.6 s idle), so the budget is per test, not per run.
+vi.setConfig({ testTimeout: 180_000 });
 
 beforeAll(() => assertBuilt());
 

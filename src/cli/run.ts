@@ -60,6 +60,28 @@ function explain(error: unknown): { message: string; code: ExitCode } {
   return { message: error instanceof Error ? error.message : String(error), code: EXIT.failed };
 }
 
+/** Streams whose write errors are already handled (a stream gets one listener, however often run is called). */
+const watched = new WeakMap<NodeJS.WritableStream, { closed: boolean }>();
+
+/**
+ * Tracks whether a stream can still be written. A reader that goes away (`warren status |
+ * head -1`) makes the next write fail with EPIPE, emitted as an error event that would
+ * otherwise crash the process with a stack trace. Output nobody reads is not a failure:
+ * writing stops and the command ends with its own exit code.
+ */
+function watch(stream: NodeJS.WritableStream): { closed: boolean } {
+  let state = watched.get(stream);
+  if (!state) {
+    const s = { closed: false };
+    stream.on('error', () => {
+      s.closed = true;
+    });
+    watched.set(stream, s);
+    state = s;
+  }
+  return state;
+}
+
 /**
  * Runs the `warren` command line and returns the exit code. `io` is where it reads
  * and writes; a test or an embedding program may pass its own.
@@ -68,8 +90,14 @@ export async function run(argv: readonly string[], io: Io): Promise<ExitCode> {
   const env = io.env;
   const url = env['WARREN_AMQP_URL'] ?? DEFAULT_AMQP_URL;
   let secrets = secretsOf(url, env['WARREN_MANAGEMENT_URL'], env['WARREN_DB']);
-  const err = (line = '') => void io.stderr.write(`${scrub(line, secrets)}\n`);
-  const out = (line = '') => void io.stdout.write(`${line}\n`);
+  const stdout = watch(io.stdout);
+  const stderr = watch(io.stderr);
+  const err = (line = '') => {
+    if (!stderr.closed && !io.stderr.destroyed) io.stderr.write(`${scrub(line, secrets)}\n`);
+  };
+  const out = (line = '') => {
+    if (!stdout.closed && !io.stdout.destroyed) io.stdout.write(`${line}\n`);
+  };
 
   let model: amqp.ChannelModel | undefined;
   const controller = new AbortController();

@@ -1,6 +1,7 @@
 import { EventEmitter } from 'node:events';
 import * as amqp from 'amqplib';
-import { BrokerUnreachableError, ClosedError, InvalidOptionError } from '../errors.js';
+import { BrokerHandshakeError, BrokerUnreachableError, ClosedError, InvalidOptionError } from '../errors.js';
+import { diagnoseHandshake } from './handshake.js';
 import { silentLogger, type Logger } from '../logger.js';
 import { redactUrl } from './url.js';
 
@@ -115,7 +116,11 @@ export class BrokerConnection extends EventEmitter {
     return this.generation;
   }
 
-  /** Connects, retrying with backoff until `connectTimeoutMs`; then runs every hook. */
+  /**
+   * Connects, retrying with backoff until `connectTimeoutMs`; then runs every hook.
+   * Refused credentials, a refused virtual host or a server that does not speak AMQP
+   * fail at once with a {@link BrokerHandshakeError} saying what to check.
+   */
   async open(): Promise<void> {
     if (this.closing) throw new ClosedError('The connection');
     if (this.model) return;
@@ -129,6 +134,8 @@ export class BrokerConnection extends EventEmitter {
         return;
       } catch (error) {
         lastError = error;
+        const refused = diagnoseHandshake(error, this.url);
+        if (refused) throw new BrokerHandshakeError(redactUrl(this.url), refused.reason, refused.message, { cause: error });
         const delay = Math.min(backoffDelay(attempt, this.initialDelayMs, this.maxDelayMs), Math.max(0, deadline - Date.now()));
         if (delay <= 0) break;
         await new Promise((r) => setTimeout(r, delay));

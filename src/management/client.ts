@@ -1,4 +1,5 @@
 import { WarrenError } from '../errors.js';
+import type { BrokerBinding } from '../topology/plan.js';
 
 /** Options of the management API client. */
 export interface ManagementOptions {
@@ -91,6 +92,11 @@ export class ManagementClient {
   async queues(columns?: readonly string[]): Promise<QueueInfo[]> {
     const query = columns && columns.length > 0 ? `?columns=${columns.map(encodeURIComponent).join(',')}` : '';
     return (await this.get<QueueInfo[]>(`/queues/${encodeURIComponent(this.vhost)}${query}`)) ?? [];
+  }
+
+  /** The bindings whose source is this exchange, or `undefined` when the exchange does not exist. */
+  async exchangeBindings(name: string): Promise<BrokerBinding[] | undefined> {
+    return this.get<BrokerBinding[]>(`/exchanges/${encodeURIComponent(this.vhost)}/${encodeURIComponent(name)}/bindings/source`);
   }
 
   /** One exchange's type, or `undefined` when it does not exist. */

@@ -1,6 +1,7 @@
 import type * as amqp from 'amqplib';
 import type { ManagementClient, QueueInfo } from '../management/client.js';
 import type { ConsumerTopology, Topology } from '../topology/declaration.js';
+import { bindingName, diffBindings, topologySpec, unbindHint, type BrokerBinding } from '../topology/plan.js';
 
 /** One queue's state. Fields the source cannot tell are `undefined`. */
 export interface QueueState {
@@ -33,8 +34,14 @@ export interface ConsumerState {
 export interface StatusProblem {
   readonly consumer: string;
   readonly queue: string;
-  /** `parked`: messages are parked; `no-consumer`: a work queue has messages and no consumer; `missing-queue`: a declared queue does not exist. */
-  readonly kind: 'parked' | 'no-consumer' | 'missing-queue';
+  /**
+   * `parked`: messages are parked; `no-consumer`: a work queue has messages and no consumer;
+   * `missing-queue`: a declared queue does not exist; `missing-binding`: a declared binding
+   * does not exist, so messages with its routing key never reach the consumer;
+   * `extra-binding`: the work queue is bound from the exchange with a key the declaration
+   * does not name (bindings are read through the management API only).
+   */
+  readonly kind: 'parked' | 'no-consumer' | 'missing-queue' | 'missing-binding' | 'extra-binding';
   readonly message: string;
 }
 
@@ -46,6 +53,8 @@ export interface StatusReport {
   readonly managementUnavailable: string | undefined;
   /** Figures the source could not give (empty with the management API). */
   readonly missing: readonly string[];
+  /** Whether bindings were compared with the declaration (only the management API lists them). */
+  readonly bindingsChecked: boolean;
   readonly consumers: readonly ConsumerState[];
   readonly problems: readonly StatusProblem[];
   /** True when there is no problem. */
@@ -138,12 +147,48 @@ export function findProblems(consumers: readonly ConsumerState[]): StatusProblem
 }
 
 /**
+ * Binding problems of these consumers: a declared binding the broker lacks, and a binding
+ * from the topology's exchange to a work queue that the declaration does not name. A
+ * consumer whose work queue is missing is skipped (its missing queue is the problem). Pure.
+ */
+export function findBindingProblems(
+  topology: Topology,
+  consumers: readonly ConsumerState[],
+  actual: readonly BrokerBinding[],
+  vhost = '/',
+): StatusProblem[] {
+  const present = new Map(consumers.filter((c) => c.work.exists).map((c) => [c.work.name, c.consumer]));
+  const wanted = topologySpec(topology).bindings.filter((b) => present.has(b.queue));
+  const diff = diffBindings(wanted, actual.filter((b) => present.has(b.destination)));
+  const problems: StatusProblem[] = [];
+  for (const b of diff.missing) {
+    const consumer = present.get(b.queue) as string;
+    problems.push({
+      consumer,
+      queue: b.queue,
+      kind: 'missing-binding',
+      message: `binding ${bindingName(b.exchange, b.queue, b.pattern)} is missing: those messages never reach ${consumer}; declare the topology (warren topology apply)`,
+    });
+  }
+  for (const b of diff.extra) {
+    problems.push({
+      consumer: present.get(b.destination) as string,
+      queue: b.destination,
+      kind: 'extra-binding',
+      message: `binding ${bindingName(b.source, b.destination, b.routing_key)} is not in the declaration; add it there, or remove it: ${unbindHint(b, vhost)}`,
+    });
+  }
+  return problems;
+}
+
+/**
  * Reads the state of every consumer's queues: work queue ready and unacknowledged,
  * consumers attached, redelivery rate, each retry tier's depth and the parked depth.
  * Depths, consumer counts and existence are read live over AMQP (a passive declare per
  * queue); the management API, when it answers, adds unacknowledged counts and
- * redelivery rates (its figures lag by its stats interval, 5 s by default). Without it
- * the report says what is missing.
+ * redelivery rates (its figures lag by its stats interval, 5 s by default), and the
+ * bindings of the work queues, compared with the declaration. Without it the report
+ * says what is missing and `bindingsChecked` is false.
  *
  * @example
  * const report = await readStatus(model, topology, { management: new ManagementClient() });
@@ -151,20 +196,21 @@ export function findProblems(consumers: readonly ConsumerState[]): StatusProblem
  */
 export async function readStatus(model: amqp.ChannelModel, topology: Topology, options: StatusOptions = {}): Promise<StatusReport> {
   const consumers = (options.consumers ?? [...topology.consumers.keys()]).map((name) => topology.consumer(name));
+  const mgmt = options.management;
   const [live, api] = await Promise.all([
     byAmqp(model, consumers),
-    options.management
-      ? options.management.queues().then(
-          (queues) => ({ queues: new Map(queues.map((q) => [q.name, q])), error: undefined }),
-          (error: unknown) => ({ queues: undefined, error: error instanceof Error ? error.message : String(error) }),
+    mgmt
+      ? Promise.all([mgmt.queues(), mgmt.exchangeBindings(topology.exchange)]).then(
+          ([queues, bindings]) => ({ queues: new Map(queues.map((q) => [q.name, q])), bindings: bindings ?? [], error: undefined }),
+          (error: unknown) => ({ queues: undefined, bindings: undefined, error: error instanceof Error ? error.message : String(error) }),
         )
-      : Promise.resolve({ queues: undefined, error: 'no management API was given' }),
+      : Promise.resolve({ queues: undefined, bindings: undefined, error: 'no management API was given' }),
   ]);
-  if (api.queues) {
+  if (mgmt && api.queues) {
     const states = overlay(live, api.queues);
-    const problems = findProblems(states);
-    return { source: 'management', managementUnavailable: undefined, missing: [], consumers: states, problems, ok: problems.length === 0 };
+    const problems = [...findProblems(states), ...findBindingProblems(topology, states, api.bindings ?? [], mgmt.vhost)];
+    return { source: 'management', managementUnavailable: undefined, missing: [], bindingsChecked: true, consumers: states, problems, ok: problems.length === 0 };
   }
   const problems = findProblems(live);
-  return { source: 'amqp', managementUnavailable: api.error, missing: [...AMQP_MISSING], consumers: live, problems, ok: problems.length === 0 };
+  return { source: 'amqp', managementUnavailable: api.error, missing: [...AMQP_MISSING], bindingsChecked: false, consumers: live, problems, ok: problems.length === 0 };
 }

@@ -73,6 +73,30 @@ describe('readStatus', () => {
     await ch.close();
   }, 40_000);
 
+  it.skipIf(!managementUp)('with the management API: a missing binding and an extra one are problems; without it, bindings are unchecked', async () => {
+    const t = topology();
+    const conn = await declared(t);
+    const billing = t.consumer('billing');
+    const email = t.consumer('email');
+    const ch = await conn.createChannel();
+    await ch.unbindQueue(billing.queue, t.exchange, 'order.created');
+    await ch.bindQueue(email.queue, t.exchange, 'invoice.#');
+    await ch.close();
+    const report = await readStatus(conn, t, { management });
+    expect(report.bindingsChecked).toBe(true);
+    expect(report.problems.map((p) => [p.consumer, p.kind, p.queue])).toEqual([
+      ['billing', 'missing-binding', billing.queue],
+      ['email', 'extra-binding', email.queue],
+    ]);
+    expect(report.problems[1]?.message).toMatch(/rabbitmqadmin .*properties_key=invoice\.%23/);
+    expect(report.ok).toBe(false);
+    const onlyEmail = await readStatus(conn, t, { management, consumers: ['email'] });
+    expect(onlyEmail.problems.map((p) => p.kind)).toEqual(['extra-binding']);
+    const without = await readStatus(conn, t, { management: new ManagementClient({ url: 'http://guest:guest@127.0.0.1:1', timeoutMs: 500 }) });
+    expect(without.bindingsChecked).toBe(false);
+    expect(without.problems).toEqual([]);
+  });
+
   it('reports queues that do not exist, and only the consumers asked for', async () => {
     const t = topology();
     const conn = await declared(t);

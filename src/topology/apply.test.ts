@@ -45,7 +45,8 @@ describe('declaring and verifying', () => {
     // Same tier name, other TTL: simulate an operator who changed a queue by hand.
     const ch = await conn.createChannel();
     await ch.deleteQueue(`${name}.retry.100ms`);
-    await ch.assertQueue(`${name}.retry.100ms`, { durable: true, arguments: { 'x-message-ttl': 999_000 } });
+    // A TTL long enough that the message below outlives the test on a slow machine.
+    await ch.assertQueue(`${name}.retry.100ms`, { durable: true, arguments: { 'x-message-ttl': 600_000 } });
     ch.sendToQueue(`${name}.retry.100ms`, Buffer.from('keep me'));
     await ch.close();
 
@@ -66,12 +67,40 @@ describe('declaring and verifying', () => {
       const viaApi = await planTopology(conn, after, api);
       expect(viaApi.method).toBe('management');
       const args = viaApi.drift.map((d) => `${d.argument}:${String(d.expected)}:${String(d.actual)}`).sort();
-      expect(args).toEqual(['x-dead-letter-exchange::undefined', `x-dead-letter-routing-key:${name}:undefined`, 'x-message-ttl:100:999000']);
-      await expect(verifyTopology(conn, after, api)).rejects.toThrow(/x-message-ttl is 999000 on the broker, the declaration wants 100/);
+      expect(args).toEqual(['x-dead-letter-exchange::undefined', `x-dead-letter-routing-key:${name}:undefined`, 'x-message-ttl:100:600000']);
+      await expect(verifyTopology(conn, after, api)).rejects.toThrow(/x-message-ttl is 600000 on the broker, the declaration wants 100/);
     }
     const check = await conn.createChannel();
     expect((await check.checkQueue(`${name}.retry.100ms`)).messageCount).toBe(1);
     await check.close();
+  });
+
+  it('sees bindings through the management API: a missing one is to create, an extra one is drift; over AMQP says they are unchecked', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('a')]: { bindings: ['k.one', 'k.two'], retry: { delays: [10] } } } }));
+    const [c] = [...topology.consumers.values()];
+    const queue = c?.queue as string;
+    const conn = await rawConnection();
+    await declareTopology(conn, topology);
+    const ch = await conn.createChannel();
+    await ch.unbindQueue(queue, topology.exchange, 'k.two');
+    await ch.bindQueue(queue, topology.exchange, 'other.#');
+    await ch.close();
+    const api = new ManagementClient({ url: MGMT_URL });
+    const plan = await planTopology(conn, topology, api);
+    expect(plan.bindingsChecked).toBe(true);
+    expect(plan.toCreate.map((e) => [e.kind, e.name])).toEqual([['binding', `${topology.exchange} -> ${queue} with routing key k.two`]]);
+    expect(plan.drift).toEqual([{ kind: 'binding', name: `${topology.exchange} -> ${queue} with routing key other.#`, argument: 'binding', expected: undefined, actual: 'other.#' }]);
+    expect(plan.entries.find((e) => e.status === 'extra')?.hint).toMatch(/^rabbitmqadmin --vhost=\/ delete binding .*properties_key=other\.%23$/);
+    await expect(verifyTopology(conn, topology, api)).rejects.toThrow(/binding .* other\.#: on the broker, not in the declaration/);
+    const viaAmqp = await planTopology(conn, topology);
+    expect(viaAmqp.bindingsChecked).toBe(false);
+    expect(viaAmqp.toCreate).toEqual([]);
+
+    await declareTopology(conn, topology);
+    const after = await planTopology(conn, topology, api);
+    expect(after.toCreate).toEqual([]);
+    // Never removed: the extra binding is still reported.
+    expect(after.drift.map((d) => d.actual)).toEqual(['other.#']);
   });
 
   it('fails Warren.connect with the drift error instead of starting', async () => {

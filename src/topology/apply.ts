@@ -2,24 +2,39 @@ import type * as amqp from 'amqplib';
 import { TopologyDriftError, type TopologyDifference } from '../errors.js';
 import type { ManagementClient } from '../management/client.js';
 import type { Topology } from './declaration.js';
-import { diffArguments, topologySpec, type QueueSpec } from './plan.js';
+import { bindingName, diffBindings, diffArguments, topologySpec, unbindHint, type BindingSpec, type QueueSpec } from './plan.js';
 
-/** What a plan found for one queue or exchange. */
+/** What a plan found for one exchange, queue or binding. */
 export interface PlanEntry {
   readonly kind: 'queue' | 'exchange' | 'binding';
+  /** The exchange or queue name; a binding in words (`exchange -> queue with routing key K`). */
   readonly name: string;
-  /** `create`: missing, would be created; `ok`: matches; `differs`: exists with other arguments. */
-  readonly status: 'create' | 'ok' | 'differs';
+  /**
+   * `create`: missing, would be created; `ok`: matches; `differs`: exists with other
+   * arguments; `extra`: a binding to a work queue that the declaration does not name
+   * (never removed by warren; `hint` says how to remove it by hand).
+   */
+  readonly status: 'create' | 'ok' | 'differs' | 'extra';
   readonly differences: readonly TopologyDifference[];
+  /** For an `extra` binding: the command that removes it, for a person to run. */
+  readonly hint?: string;
 }
 
 /** The result of {@link planTopology}: nothing was changed to make it. */
 export interface TopologyPlan {
   readonly entries: readonly PlanEntry[];
+  /** Exchanges, queues and bindings that are missing (apply creates them). */
   readonly toCreate: readonly PlanEntry[];
+  /** Arguments that differ, and bindings the declaration does not name. */
   readonly drift: readonly TopologyDifference[];
-  /** `management` reads every argument; `amqp` learns only the first differing one per queue. */
+  /** `management` reads every argument and the bindings; `amqp` learns only the first differing argument per queue. */
   readonly method: 'management' | 'amqp';
+  /**
+   * Whether the bindings were compared. Only the management API lists bindings; over
+   * AMQP a binding can be declared but not looked up, so a missing or extra binding
+   * goes unseen and the plan says so here.
+   */
+  readonly bindingsChecked: boolean;
 }
 
 const INEQUIVALENT = /inequivalent arg '([^']+)' for (queue|exchange) '([^']+)' in vhost '[^']*': received (?:the value '([^']*)'|'([^']*)'|(none))(?: of type '[^']*')? but current is (?:the value '([^']*)'|'([^']*)'|(none))/;
@@ -130,7 +145,20 @@ async function planByAmqp(model: amqp.ChannelModel, queues: readonly QueueSpec[]
   return entries;
 }
 
-async function planByManagement(api: ManagementClient, queues: readonly QueueSpec[], exchange: string): Promise<PlanEntry[]> {
+async function planBindings(api: ManagementClient, bindings: readonly BindingSpec[], exchange: string, exchangeExists: boolean): Promise<PlanEntry[]> {
+  const actual = exchangeExists ? ((await api.exchangeBindings(exchange)) ?? []) : [];
+  const diff = diffBindings(bindings, actual);
+  const missing = new Set(diff.missing);
+  const entries: PlanEntry[] = bindings.map((b) => ({ kind: 'binding', name: bindingName(b.exchange, b.queue, b.pattern), status: missing.has(b) ? 'create' : 'ok', differences: [] }));
+  for (const b of diff.extra) {
+    const name = bindingName(b.source, b.destination, b.routing_key) + (Object.keys(b.arguments ?? {}).length ? ` and arguments ${JSON.stringify(b.arguments)}` : '');
+    const difference: TopologyDifference = { kind: 'binding', name, argument: 'binding', expected: undefined, actual: b.routing_key };
+    entries.push({ kind: 'binding', name, status: 'extra', differences: [difference], hint: unbindHint(b, api.vhost) });
+  }
+  return entries;
+}
+
+async function planByManagement(api: ManagementClient, queues: readonly QueueSpec[], exchange: string, bindings: readonly BindingSpec[]): Promise<PlanEntry[]> {
   const entries: PlanEntry[] = [];
   const ex = await api.exchange(exchange);
   if (!ex) entries.push({ kind: 'exchange', name: exchange, status: 'create', differences: [] });
@@ -146,20 +174,23 @@ async function planByManagement(api: ManagementClient, queues: readonly QueueSpe
     if (info.durable === false) differences.push({ kind: 'queue', name: q.name, argument: 'durable', expected: true, actual: false });
     entries.push({ kind: 'queue', name: q.name, status: differences.length ? 'differs' : 'ok', differences });
   }
+  entries.push(...(await planBindings(api, bindings, exchange, ex !== undefined)));
   return entries;
 }
 
 /**
  * Compares the broker with the declaration and reports what would be created and
  * what differs, changing nothing. Uses the management API when given (every
- * argument is compared), else AMQP (the first differing argument of each queue).
+ * argument is compared, and the bindings: missing ones are to create, a binding from the
+ * exchange to a work queue that the declaration does not name is drift), else AMQP (the
+ * first differing argument of each queue; bindings unchecked, see `bindingsChecked`).
  */
 export async function planTopology(model: amqp.ChannelModel, topology: Topology, management?: ManagementClient): Promise<TopologyPlan> {
   const spec = topologySpec(topology);
   let entries: PlanEntry[];
   let method: TopologyPlan['method'] = 'amqp';
   if (management && (await management.available())) {
-    entries = await planByManagement(management, spec.queues, topology.exchange);
+    entries = await planByManagement(management, spec.queues, topology.exchange, spec.bindings);
     method = 'management';
   } else {
     entries = await planByAmqp(model, spec.queues, topology.exchange);
@@ -169,10 +200,14 @@ export async function planTopology(model: amqp.ChannelModel, topology: Topology,
     toCreate: entries.filter((e) => e.status === 'create'),
     drift: entries.flatMap((e) => e.differences),
     method,
+    bindingsChecked: method === 'management',
   };
 }
 
-/** Throws {@link TopologyDriftError} when the broker differs from the declaration. */
+/**
+ * Throws {@link TopologyDriftError} when the broker differs from the declaration: an
+ * argument, or (through the management API) a binding the declaration does not name.
+ */
 export async function verifyTopology(model: amqp.ChannelModel, topology: Topology, management?: ManagementClient): Promise<TopologyPlan> {
   const plan = await planTopology(model, topology, management);
   if (plan.drift.length) throw new TopologyDriftError(plan.drift);

@@ -112,8 +112,57 @@ function checkQueueType(value: unknown, option: string): QueueType {
   return value;
 }
 
+/** The keys each level of a declaration takes, in the order the docs list them. */
+const KNOWN_KEYS = {
+  topology: ['exchange', 'queueType', 'retry', 'crashLimit', 'consumers'],
+  consumer: ['bindings', 'queue', 'retry', 'queueType', 'crashLimit'],
+  retry: ['delays', 'maxAttempts'],
+} as const;
+
+type Level = keyof typeof KNOWN_KEYS;
+
+const LEVEL_NAMES: Record<Level, string> = { topology: 'the topology', consumer: 'the consumer', retry: 'retry' };
+
+/** Edit distance, case-insensitive: how many letters to add, remove or change. */
+function distance(a: string, b: string): number {
+  const x = a.toLowerCase();
+  const y = b.toLowerCase();
+  let prev = Array.from({ length: y.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= x.length; i++) {
+    const row = [i];
+    for (let j = 1; j <= y.length; j++) {
+      row[j] = Math.min((prev[j] as number) + 1, (row[j - 1] as number) + 1, (prev[j - 1] as number) + (x[i - 1] === y[j - 1] ? 0 : 1));
+    }
+    prev = row;
+  }
+  return prev[y.length] as number;
+}
+
+/**
+ * Rejects a key the level does not take: a misspelt option (`maxAtempts`) would
+ * otherwise be ignored and its default used in silence. Names the key, where it was and
+ * the closest known key, or the level it belongs to when it was put at the wrong one.
+ */
+function checkKeys(value: object, level: Level, at: string): void {
+  const known: readonly string[] = KNOWN_KEYS[level];
+  for (const key of Object.keys(value)) {
+    if (known.includes(key)) continue;
+    const where = at === '' ? 'the topology' : at;
+    const option = at === '' ? key : `${at}.${key}`;
+    const owners = (['consumer', 'topology', 'retry'] as const).filter((l) => l !== level && (KNOWN_KEYS[l] as readonly string[]).includes(key));
+    if (owners.length) {
+      throw new InvalidOptionError(option, `${key} is not an option of ${where}`, `${key} belongs to ${owners.map((l) => LEVEL_NAMES[l]).join(' or ')}, not to ${LEVEL_NAMES[level]}.`);
+    }
+    const best = known.map((k) => ({ k, d: distance(key, k) })).sort((a, b) => a.d - b.d)[0];
+    const close = best !== undefined && best.d <= Math.max(2, Math.floor(key.length / 3));
+    throw new InvalidOptionError(option, `${key} is not an option of ${where}`, close ? `Did you mean ${best.k}? Known options: ${known.join(', ')}.` : `Known options: ${known.join(', ')}.`);
+  }
+}
+
 /**
  * Validates a topology declaration once and returns it frozen, with defaults applied.
+ * A key it does not know, at any level, is an {@link InvalidOptionError} naming the key,
+ * where it was and the closest known one.
  *
  * @example
  * export const topology = defineTopology({
@@ -126,6 +175,11 @@ function checkQueueType(value: unknown, option: string): QueueType {
  */
 export function defineTopology(options: TopologyOptions): Topology {
   if (typeof options !== 'object' || options === null) throw new InvalidOptionError('topology', 'expected an object');
+  checkKeys(options, 'topology', '');
+  if (options.retry !== undefined) {
+    if (typeof options.retry !== 'object' || options.retry === null) throw new InvalidOptionError('retry', 'expected an object with `delays` and/or `maxAttempts`');
+    checkKeys(options.retry, 'retry', 'retry');
+  }
   const exchange = checkName(options.exchange ?? TOPOLOGY_DEFAULTS.exchange, 'exchange');
   const queueType = checkQueueType(options.queueType ?? TOPOLOGY_DEFAULTS.queueType, 'queueType');
   const crashLimit = checkInt(options.crashLimit ?? TOPOLOGY_DEFAULTS.crashLimit, 'crashLimit', 1, 1000);
@@ -138,6 +192,11 @@ export function defineTopology(options: TopologyOptions): Topology {
     const at = `consumers.${name}`;
     checkName(name, at);
     if (typeof decl !== 'object' || decl === null) throw new InvalidOptionError(at, 'expected an object with `bindings`');
+    checkKeys(decl, 'consumer', at);
+    if (decl.retry !== undefined) {
+      if (typeof decl.retry !== 'object' || decl.retry === null) throw new InvalidOptionError(`${at}.retry`, 'expected an object with `delays` and/or `maxAttempts`');
+      checkKeys(decl.retry, 'retry', `${at}.retry`);
+    }
     const queue = checkName(decl.queue ?? name, `${at}.queue`);
     if (!Array.isArray(decl.bindings) || decl.bindings.length === 0) {
       throw new InvalidOptionError(`${at}.bindings`, 'expected a non-empty array of routing-key patterns', "Example: ['order.created', 'order.*']");

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { defineTopology } from './declaration.js';
-import { diffArguments, topologySpec } from './plan.js';
+import { diffArguments, diffBindings, topologySpec, unbindHint } from './plan.js';
 import { InvalidOptionError, UnknownConsumerError } from '../errors.js';
 
 describe('defineTopology', () => {
@@ -56,5 +56,50 @@ describe('diffArguments', () => {
       { argument: 'x-message-ttl', expected: 5000, actual: 100 },
     ]);
     expect(diffArguments({}, { 'x-queue-type': 'classic' })).toEqual([]);
+  });
+});
+
+describe('diffBindings', () => {
+  const wanted = [
+    { exchange: 'ev', queue: 'billing', pattern: 'order.created' },
+    { exchange: 'ev', queue: 'billing', pattern: 'order.paid' },
+    { exchange: 'ev', queue: 'email', pattern: 'order.*' },
+  ];
+  const b = (destination: string, routing_key: string, args: Record<string, unknown> = {}) => ({ source: 'ev', destination, destination_type: 'queue', routing_key, arguments: args });
+  it('finds missing declared bindings and extra ones on the work queues only', () => {
+    const d = diffBindings(wanted, [b('billing', 'order.created'), b('email', 'order.*'), b('email', 'invoice.#'), b('audit', 'order.#'), b('billing', 'order.paid', { 'x-match': 'all' })]);
+    expect(d.missing).toEqual([wanted[1]]);
+    expect(d.present).toEqual([wanted[0], wanted[2]]);
+    // A binding with arguments is not the declared one; a queue outside the topology is none of its business.
+    expect(d.extra.map((x) => `${x.destination}:${x.routing_key}`)).toEqual(['email:invoice.#', 'billing:order.paid']);
+  });
+  it('says how to remove a binding by hand', () => {
+    expect(unbindHint({ ...b('email', 'invoice.#'), properties_key: 'invoice.%23' }, 'shop')).toBe(
+      'rabbitmqadmin --vhost=shop delete binding source=ev destination_type=queue destination=email properties_key=invoice.%23',
+    );
+  });
+});
+
+describe('defineTopology: unknown keys', () => {
+  it('names the key, where it was and the closest known one, at every level', () => {
+    const attempt = (options: unknown) => {
+      try {
+        defineTopology(options as never);
+      } catch (error) {
+        return error;
+      }
+      return undefined;
+    };
+    const retry = attempt({ consumers: { billing: { bindings: ['x'], retry: { maxAtempts: 3 } } } });
+    expect(retry).toBeInstanceOf(InvalidOptionError);
+    expect(retry).toMatchObject({ option: 'consumers.billing.retry.maxAtempts' });
+    expect((retry as Error).message).toMatch(/`consumers\.billing\.retry\.maxAtempts`: maxAtempts is not an option of consumers\.billing\.retry\. Did you mean maxAttempts\?/);
+    const misplaced = attempt({ consumers: { billing: { bindings: ['x'], retry: { queueType: 'quorum' } } } });
+    expect((misplaced as Error).message).toMatch(/`consumers\.billing\.retry\.queueType`.*queueType belongs to the consumer or the topology, not to retry/);
+    expect((attempt({ retry: { delay: ['1s'] }, consumers: { a: { bindings: ['x'] } } }) as Error).message).toMatch(/`retry\.delay`.*Did you mean delays\?/);
+    expect((attempt({ exchnage: 'shop', consumers: { a: { bindings: ['x'] } } }) as Error).message).toMatch(/`exchnage`: exchnage is not an option of the topology\. Did you mean exchange\?/);
+    expect((attempt({ consumers: { a: { binding: ['x'] } } }) as Error).message).toMatch(/`consumers\.a\.binding`.*Did you mean bindings\?/);
+    // Far from every known key: the known ones are listed instead.
+    expect((attempt({ consumers: { a: { bindings: ['x'], colour: 'red' } } }) as Error).message).toMatch(/`consumers\.a\.colour`.*Known options: bindings, queue, retry, queueType, crashLimit\./);
   });
 });

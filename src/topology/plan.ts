@@ -100,3 +100,62 @@ export function diffArguments(wanted: QueueArguments, actual: Readonly<Record<st
   }
   return out;
 }
+
+/** A binding as the management API reports it (the fields warren reads). */
+export interface BrokerBinding {
+  readonly source: string;
+  readonly destination: string;
+  readonly destination_type: string;
+  readonly routing_key: string;
+  readonly arguments?: Readonly<Record<string, unknown>>;
+  /** The binding's key in the management API, needed to delete it there. */
+  readonly properties_key?: string;
+}
+
+/** What {@link diffBindings} found. */
+export interface BindingDiff {
+  /** Declared bindings the broker does not have (apply creates them). */
+  readonly missing: readonly BindingSpec[];
+  /** Declared bindings the broker has. */
+  readonly present: readonly BindingSpec[];
+  /**
+   * Bindings from the topology's exchange to one of its work queues that the declaration
+   * does not name. warren never removes them: something bound by hand sends the consumer
+   * messages its handler may not expect.
+   */
+  readonly extra: readonly BrokerBinding[];
+}
+
+/**
+ * Compares the declared bindings with those the broker has from the exchange. A declared
+ * binding matches a broker binding of the same queue and routing key without arguments.
+ * Only bindings to the declared work queues count as extra. Pure.
+ */
+export function diffBindings(wanted: readonly BindingSpec[], actual: readonly BrokerBinding[]): BindingDiff {
+  const workQueues = new Set(wanted.map((b) => b.queue));
+  const key = (queue: string, pattern: string) => `${queue}\u0000${pattern}`;
+  const onBroker = new Set(
+    actual.filter((b) => b.destination_type === 'queue' && Object.keys(b.arguments ?? {}).length === 0).map((b) => key(b.destination, b.routing_key)),
+  );
+  const declared = new Set(wanted.map((b) => key(b.queue, b.pattern)));
+  const missing = wanted.filter((b) => !onBroker.has(key(b.queue, b.pattern)));
+  const present = wanted.filter((b) => onBroker.has(key(b.queue, b.pattern)));
+  const extra = actual.filter(
+    (b) => b.destination_type === 'queue' && workQueues.has(b.destination) && (Object.keys(b.arguments ?? {}).length > 0 || !declared.has(key(b.destination, b.routing_key))),
+  );
+  return { missing, present, extra };
+}
+
+/** A binding in words: `shop.events -> billing with routing key order.created`. */
+export function bindingName(exchange: string, queue: string, pattern: string): string {
+  return `${exchange} -> ${queue} with routing key ${pattern}`;
+}
+
+/**
+ * How to remove a binding by hand (warren never removes one): a `rabbitmqadmin` command,
+ * which goes through the management API.
+ */
+export function unbindHint(binding: BrokerBinding, vhost = '/'): string {
+  const propertiesKey = binding.properties_key ?? (binding.routing_key === '' ? '~' : encodeURIComponent(binding.routing_key));
+  return `rabbitmqadmin --vhost=${vhost} delete binding source=${binding.source} destination_type=queue destination=${binding.destination} properties_key=${propertiesKey}`;
+}

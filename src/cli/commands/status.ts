@@ -27,8 +27,10 @@ export const status: Command = {
     'management API when it answers; without it, depths and consumer counts come from AMQP',
     'and the output says what is missing.',
     '',
-    'Exits 1 when anything is parked, a work queue has messages and no consumer, or a',
-    'declared queue does not exist: usable as a monitoring check.',
+    'Exits 1 when anything is parked, a work queue has messages and no consumer, a',
+    'declared queue or binding does not exist, or a work queue is bound from the exchange',
+    'with a key the declaration does not name (bindings are read through the management',
+    'API only): usable as a monitoring check.',
   ].join('\n'),
   flags: {},
   examples: ['warren status', 'warren status billing --json', 'warren status || page-oncall "warren status: $(warren status 2>&1 | tail -n 3)"'],
@@ -53,10 +55,10 @@ export const status: Command = {
       ctx.out();
       const why = report.managementUnavailable ?? 'it is unavailable';
       ctx.out(`Management API not used: ${why.charAt(0).toLowerCase()}${why.slice(1)}`);
-      ctx.out(`Without it, ${report.missing.join(' and ')} are not shown (-); depths and consumer counts come from AMQP.`);
+      ctx.out(`Without it, ${report.missing.join(' and ')} are not shown (-) and bindings are not checked; depths and consumer counts come from AMQP.`);
     }
     ctx.out();
-    if (report.ok) ctx.out('OK: nothing parked, every work queue with messages has a consumer.');
+    if (report.ok) ctx.out(`OK: nothing parked, every work queue with messages has a consumer${report.bindingsChecked ? ', every binding as declared' : ''}.`);
     else {
       ctx.out(`${report.problems.length} problem${report.problems.length === 1 ? '' : 's'}:`);
       for (const p of report.problems) ctx.out(`  ! ${p.consumer}: ${p.message}`);

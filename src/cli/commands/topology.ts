@@ -15,21 +15,44 @@ function show(value: unknown): string {
 
 /** One difference in words: which queue, which argument, both values. */
 export function describeDifference(d: TopologyDifference): string {
+  if (d.kind === 'binding') return `binding ${d.name}: on the broker, not in the declaration`;
   return `${d.kind} ${d.name}: ${d.argument} is ${show(d.actual)} on the broker, the declaration wants ${show(d.expected)}`;
 }
 
 function method(plan: TopologyPlan): string {
-  return plan.method === 'management' ? 'compared through the management API: every argument' : 'compared through AMQP: the first differing argument of each queue only (the management API did not answer)';
+  return plan.method === 'management'
+    ? 'compared through the management API: every argument and binding'
+    : 'compared through AMQP: the first differing argument of each queue only, and no bindings (the management API did not answer)';
+}
+
+/** Said whenever the bindings were not compared, so a pass is never read as covering them. */
+function uncheckedBindings(topology: Topology): string {
+  return `Bindings could not be checked: only the management API lists them, and it did not answer (check --management-url or WARREN_MANAGEMENT_URL). ${topologySpec(topology).bindings.length} bindings are declared; apply declares them again, which is harmless.`;
 }
 
 function planRows(plan: TopologyPlan): string[][] {
-  return plan.entries.map((e: PlanEntry) => [e.status, e.kind, e.name, e.differences.map((d) => `${d.argument}: broker ${show(d.actual)}, declared ${show(d.expected)}`).join('; ')]);
+  return plan.entries.map((e: PlanEntry) => [
+    e.status,
+    e.kind,
+    e.name,
+    e.status === 'extra' ? 'not in the declaration' : e.differences.map((d) => `${d.argument}: broker ${show(d.actual)}, declared ${show(d.expected)}`).join('; '),
+  ]);
+}
+
+function extraLines(plan: TopologyPlan): string[] {
+  const extra = plan.entries.filter((e) => e.status === 'extra');
+  if (!extra.length) return [];
+  return [
+    `${extra.length === 1 ? 'A binding' : 'Bindings'} the declaration does not name ${extra.length === 1 ? 'sends' : 'send'} the consumer messages its handler may not expect. warren never removes anything: add ${extra.length === 1 ? 'it' : 'them'} to the declaration, or remove ${extra.length === 1 ? 'it' : 'them'} yourself:`,
+    ...extra.map((e) => `  ${e.hint ?? e.name}`),
+  ];
 }
 
 function planJson(topology: Topology, plan: TopologyPlan) {
   return {
     exchange: topology.exchange,
     method: plan.method,
+    bindingsChecked: plan.bindingsChecked,
     entries: plan.entries,
     toCreate: plan.toCreate.map((e) => ({ kind: e.kind, name: e.name })),
     drift: plan.drift,
@@ -48,8 +71,11 @@ function printPlan(ctx: CommandContext, topology: Topology, plan: TopologyPlan):
   for (const line of table(['status', 'kind', 'name', 'difference'], planRows(plan))) ctx.out(`  ${line}`);
   const ok = plan.entries.filter((e) => e.status === 'ok').length;
   const differs = plan.entries.filter((e) => e.status === 'differs').length;
+  const extra = plan.entries.filter((e) => e.status === 'extra').length;
   ctx.out();
-  ctx.out(`${plan.toCreate.length} to create, ${differs} differ${differs === 1 ? 's' : ''}, ${ok} as declared. Bindings: ${topologySpec(topology).bindings.length} (declared by apply; never removed).`);
+  ctx.out(`${plan.toCreate.length} to create, ${differs} differ${differs === 1 ? 's' : ''}, ${extra} not declared, ${ok} as declared.`);
+  if (!plan.bindingsChecked) ctx.out(uncheckedBindings(topology));
+  for (const line of extraLines(plan)) ctx.out(line);
 }
 
 export const topologyPlan: Command = {
@@ -57,10 +83,11 @@ export const topologyPlan: Command = {
   usage: '',
   summary: 'what apply would create, and what differs; changes nothing',
   description: [
-    'Compares the broker with the topology module: each exchange and queue is "create"',
-    '(missing), "ok", or "differs" (exists with other arguments, each difference named).',
-    'Changes nothing. Uses the management API when it answers (every argument compared),',
-    'else AMQP (the first differing argument of each queue).',
+    'Compares the broker with the topology module: each exchange, queue and binding is "create"',
+    '(missing), "ok", or "differs" (exists with other arguments, each difference named); a',
+    'binding from the exchange to a work queue that the declaration does not name is "extra".',
+    'Changes nothing. Uses the management API when it answers (every argument and binding',
+    'compared), else AMQP (the first differing argument of each queue; bindings unchecked).',
   ].join('\n'),
   flags: {},
   examples: ['warren topology plan --topology dist/topology.js', 'warren topology plan --json | jq .toCreate'],
@@ -78,9 +105,11 @@ export const topologyApply: Command = {
   usage: '',
   summary: 'declare the exchange, queues and bindings (idempotent; never deletes)',
   description: [
-    'Declares everything the topology module declares, as the application does on start.',
-    'Idempotent. A queue that exists with other arguments is reported with the argument,',
-    'both values and how to migrate, and the command exits 1; nothing is ever deleted.',
+    'Declares everything the topology module declares, as the application does on start,',
+    'and lists what it created (bindings included). Idempotent. A queue that exists with other',
+    'arguments is reported with the argument, both values and how to migrate, and the command',
+    'exits 1. A binding the declaration does not name is reported with the command that removes',
+    'it; nothing is ever deleted.',
   ].join('\n'),
   flags: {},
   examples: ['warren topology apply --topology dist/topology.js', 'WARREN_TOPOLOGY=dist/topology.js warren topology apply --url amqp://app:secret@rabbit:5672/shop'],
@@ -101,12 +130,26 @@ export const topologyApply: Command = {
       return EXIT.failed;
     }
     const created = plan.toCreate;
-    if (ctx.json) ctx.printJson({ applied: true, created: created.map((e) => ({ kind: e.kind, name: e.name })), bindings: topologySpec(topology).bindings });
-    else {
-      for (const e of created) ctx.out(`created ${e.kind} ${e.name}`);
-      const spec = topologySpec(topology);
-      ctx.out(`Applied: exchange ${topology.exchange}, ${spec.queues.length} queues, ${spec.bindings.length} bindings (${created.length} created, the rest already as declared).`);
+    const extra = plan.entries.filter((e) => e.status === 'extra');
+    if (ctx.json) {
+      ctx.printJson({
+        applied: true,
+        bindingsChecked: plan.bindingsChecked,
+        created: created.map((e) => ({ kind: e.kind, name: e.name })),
+        notDeclared: extra.map((e) => ({ kind: e.kind, name: e.name, hint: e.hint })),
+        bindings: topologySpec(topology).bindings,
+      });
+      return EXIT.ok;
     }
+    for (const e of created) ctx.out(`created ${e.kind} ${e.name}`);
+    const spec = topologySpec(topology);
+    ctx.out(`Applied: exchange ${topology.exchange}, ${spec.queues.length} queues, ${spec.bindings.length} bindings (${created.length} created, the rest already as declared).`);
+    if (!plan.bindingsChecked) {
+      ctx.out(
+        'Bindings could not be checked (only the management API lists them, and it did not answer): all were declared again, so none is missing now, but the count above does not include any that were missing, and a binding the declaration does not name goes unseen.',
+      );
+    }
+    for (const e of extra) ctx.out(`binding ${e.name}: not in the declaration, left in place (warren never removes anything): ${e.hint ?? ''}`);
     return EXIT.ok;
   },
 };
@@ -116,9 +159,11 @@ export const topologyVerify: Command = {
   usage: '',
   summary: 'exit 1 when the broker differs from the declaration, naming each difference',
   description: [
-    'Like plan, but a check: exits 1 when any exchange or queue is missing or has other',
-    'arguments than declared, and names each difference (queue, argument, both values).',
-    'Exits 0 when the broker matches.',
+    'Like plan, but a check: exits 1 when any exchange, queue or binding is missing, a queue',
+    'has other arguments than declared, or a work queue has a binding from the exchange that',
+    'the declaration does not name; each difference is named. Exits 0 when the broker matches.',
+    'Bindings are compared through the management API only; without it the output says that',
+    'they could not be checked.',
   ].join('\n'),
   flags: {},
   examples: ['warren topology verify --topology dist/topology.js', 'warren topology verify --json > drift.json || echo "drift"'],
@@ -130,14 +175,24 @@ export const topologyVerify: Command = {
       ctx.printJson({ ok, ...planJson(topology, plan) });
       return ok ? EXIT.ok : EXIT.failed;
     }
+    const queues = plan.entries.filter((e) => e.kind === 'queue').length;
+    const bindings = plan.entries.filter((e) => e.kind === 'binding').length;
+    if (ok && plan.bindingsChecked) {
+      ctx.out(`The broker matches the declaration: exchange ${topology.exchange}, ${queues} queues and ${bindings} bindings (${method(plan)}).`);
+      return EXIT.ok;
+    }
     if (ok) {
-      ctx.out(`The broker matches the declaration: exchange ${topology.exchange} and ${plan.entries.length - 1} queues (${method(plan)}).`);
+      // Exit 0: everything that could be compared matches; the line says what was not.
+      ctx.out(`The exchange ${topology.exchange} and ${queues} queues match the declaration (${method(plan)}).`);
+      ctx.out(uncheckedBindings(topology));
       return EXIT.ok;
     }
     ctx.out(`The broker differs from the declaration (${method(plan)}):`);
     for (const e of plan.toCreate) ctx.out(`  ${e.kind} ${e.name}: missing (warren topology apply creates it)`);
     for (const d of plan.drift) ctx.out(`  ${describeDifference(d)}`);
-    const first = plan.drift[0];
+    if (!plan.bindingsChecked) ctx.out(uncheckedBindings(topology));
+    for (const line of extraLines(plan)) ctx.out(line);
+    const first = plan.drift.find((d) => d.kind !== 'binding');
     if (first) ctx.out(migrationHint(first));
     return EXIT.failed;
   },

@@ -32,6 +32,11 @@ export interface RunOptions {
   readonly timeoutMs?: number;
   /** Called with the child once it runs, e.g. to kill it mid-way. */
   readonly onSpawn?: (child: ChildProcess) => void;
+  /**
+   * Runs this program with `args` instead of `node dist/cli/main.js`, e.g. `bash` with
+   * `-c '… | head -1'` to put the CLI under a pipe.
+   */
+  readonly shell?: string;
 }
 
 function baseEnv(): Record<string, string> {
@@ -48,7 +53,8 @@ export function warren(args: readonly string[], options: RunOptions = {}): Promi
   const env = { ...baseEnv(), ...options.env };
   for (const [k, v] of Object.entries(env)) if (v === undefined) delete env[k];
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [...(options.nodeArgs ?? []), MAIN, ...args], { env: env as NodeJS.ProcessEnv, cwd: ROOT, stdio: ['pipe', 'pipe', 'pipe'] });
+    const [file, argv] = options.shell ? [options.shell, [...args]] : [process.execPath, [...(options.nodeArgs ?? []), MAIN, ...args]];
+    const child = spawn(file, argv, { env: env as NodeJS.ProcessEnv, cwd: ROOT, stdio: ['pipe', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
