@@ -39,8 +39,14 @@ export interface HealthSource {
   health(): Promise<HealthReport>;
 }
 
+/** What {@link storeHealth} needs of a store: its backend, and a transaction to run. */
+export interface CheckableStore {
+  readonly backend: Store<unknown>['backend'];
+  transaction(work: () => undefined): Promise<unknown>;
+}
+
 /** What {@link healthOf} takes: a source with `health()`, or a store, an outbox relay or a retry scheduler as they are (with default options). */
-export type HealthInput = HealthSource | Store<never> | OutboxRelay | RetryScheduler;
+export type HealthInput = HealthSource | CheckableStore | OutboxRelay | RetryScheduler;
 
 /** A report from reasons: ready when none fails readiness or liveness, live when none fails liveness. */
 export function healthReport(reasons: readonly HealthReason[]): HealthReport {
@@ -107,7 +113,7 @@ function formatMs(ms: number): string {
  * @example
  * const h = await healthOf([warren, storeHealth(store, { timeoutMs: 1000 })]);
  */
-export function storeHealth(store: Pick<Store<never>, 'backend' | 'transaction'>, options: CheckOptions = {}): HealthSource {
+export function storeHealth(store: CheckableStore, options: CheckOptions = {}): HealthSource {
   const timeoutMs = checkMs(options.timeoutMs, 2000, 'timeoutMs');
   const component = `store (${store.backend})`;
   return {
@@ -176,8 +182,8 @@ export function schedulerHealth(scheduler: Pick<RetryScheduler, 'started' | 'hea
   };
 }
 
-function isStore(value: object): value is Store<never> {
-  const v = value as Partial<Store<never>>;
+function isStore(value: object): value is CheckableStore {
+  const v = value as Partial<Store<unknown>>;
   return typeof v.transaction === 'function' && typeof v.backend === 'string' && typeof v.outbox === 'object' && typeof v.migrate === 'function';
 }
 
