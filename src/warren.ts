@@ -129,14 +129,15 @@ export class Warren {
    * reconnects on its own), while the broker blocks the publish connection (a resource
    * alarm: publishes wait), while the last declaration of the topology failed, or while
    * a consumer is not attached to its queue (it re-attaches on its own). None of these
-   * fails liveness: restarting the process does not bring a broker back. Only a closed
-   * Warren is not live. See docs/health.md.
+   * fails liveness: restarting the process does not bring a broker back, and warren
+   * reconnects and re-attaches by itself. A closed Warren is not ready. See docs/health.md.
    *
    * @example
    * const { ready, live, reasons } = await warren.health();
    */
   health(): Promise<HealthReport> {
-    if (this.closed) return Promise.resolve(healthReport([{ component: 'warren', fails: 'live', message: 'closed: it consumes and publishes nothing more' }]));
+    // Closing is what a shutdown does: failing liveness then would kill a pod mid-drain.
+    if (this.closed) return Promise.resolve(healthReport([{ component: 'warren', fails: 'ready', message: 'closed: it consumes and publishes nothing more' }]));
     const reasons: HealthReason[] = [];
     for (const [component, c] of [['connection', this.connection], ['publish connection', this.publishConnection]] as const) {
       if (!c.ready) reasons.push({ component, fails: 'ready', message: `not connected to ${redactUrl(c.url)}; reconnecting` });

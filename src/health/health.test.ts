@@ -6,7 +6,7 @@
 import http from 'node:http';
 import { once } from 'node:events';
 import { describe, expect, it } from 'vitest';
-import { healthHandler, healthOf, relayHealth, storeHealth, type HealthReport } from '../index.js';
+import { healthFetchHandler, healthHandler, healthOf, healthReport, InvalidOptionError, relayHealth, storeHealth, type HealthReport } from '../index.js';
 import { AMQP_URL, connectWarren, onTeardown, rawConnection, testTopology, waitFor } from '../../test/helpers.js';
 import { BlockingProxy } from '../publish/testing/blocking-proxy.js';
 import { TcpProxy } from '../store/testing/tcp-proxy.js';
@@ -32,7 +32,7 @@ function upstream(): { port: number; host: string } {
 const components = (h: HealthReport) => h.reasons.map((r) => r.component);
 
 describe('warren.health()', () => {
-  it('is ready and live when connected, declared and attached; a closed Warren is not live', async () => {
+  it('is ready and live when connected, declared and attached; a closed Warren is not ready', async () => {
     const { topology } = setup();
     const warren = await connectWarren(topology);
     await warren.consume(topology.consumers.keys().next().value!, async () => {});
@@ -40,7 +40,7 @@ describe('warren.health()', () => {
     expect(await healthOf([warren])).toEqual({ ready: true, live: true, reasons: [] });
     await warren.close();
     const closed = await warren.health();
-    expect(closed).toMatchObject({ ready: false, live: false });
+    expect(closed).toMatchObject({ ready: false, live: true });
     expect(components(closed)).toEqual(['warren']);
   });
 
@@ -138,6 +138,24 @@ describe('warren.health()', () => {
   });
 });
 
+describe('healthOf', () => {
+  it('combines sources: a check of your own can fail liveness, a check that throws fails readiness, anything else is refused', async () => {
+    const stuck = { health: async () => healthReport([{ component: 'worker pool', fails: 'live', message: 'every worker wedged' }]) };
+    const broken = { health: async (): Promise<HealthReport> => { throw new Error('redis client gone'); } };
+    const h = await healthOf([stuck, broken]);
+    expect(h).toMatchObject({ ready: false, live: false });
+    expect(h.reasons).toEqual([
+      { component: 'worker pool', fails: 'live', message: 'every worker wedged' },
+      { component: 'health check', fails: 'ready', message: 'a health check threw: redis client gone' },
+    ]);
+    const fetchStyle = healthFetchHandler([stuck]);
+    const res = await fetchStyle(new Request('http://pod/livez'));
+    expect(res.status).toBe(503);
+    expect(await res.json()).toMatchObject({ probe: 'live', live: false });
+    await expect(healthOf([{} as never])).rejects.toThrow(InvalidOptionError);
+  });
+});
+
 describe.each(BACKENDS)('store and relay health (%s)', (backend) => {
   it('a store is ready while its database answers, not ready (still live) while it is unreachable, ready again after', async () => {
     const h = await harness(backend);
@@ -155,7 +173,7 @@ describe.each(BACKENDS)('store and relay health (%s)', (backend) => {
     await waitFor(async () => (await healthOf([outage.store])).ready, 'the store ready again');
   });
 
-  it('a relay is not live when stopped, and not ready when its lag is above maxLagMs', async () => {
+  it('a relay is not ready when stopped, and not ready when its lag is above maxLagMs', async () => {
     const h = await harness(backend);
     const store = h.store();
     const { host, port } = upstream();
@@ -168,8 +186,8 @@ describe.each(BACKENDS)('store and relay health (%s)', (backend) => {
     onTeardown(() => relay.stop());
 
     const stopped = await healthOf([relay]);
-    expect(stopped).toMatchObject({ ready: false, live: false });
-    expect(stopped.reasons[0]).toMatchObject({ component: 'outbox relay', fails: 'live' });
+    expect(stopped).toMatchObject({ ready: false, live: true });
+    expect(stopped.reasons[0]).toMatchObject({ component: 'outbox relay', fails: 'ready' });
 
     await relay.start();
     expect(await healthOf([relayHealth(relay, { maxLagMs: 100 })])).toEqual({ ready: true, live: true, reasons: [] });
@@ -189,14 +207,14 @@ describe.each(BACKENDS)('store and relay health (%s)', (backend) => {
     expect((await healthOf([relayHealth(relay, { maxLagMs: 100 })])).ready).toBe(true);
   });
 
-  it('a retry scheduler is not live when stopped, live and ready when running', async () => {
+  it('a retry scheduler is not ready when stopped; a failing dependency fails neither probe', async () => {
     const h = await harness(backend);
     const store = h.store();
     const { topology } = setup();
     const warren = await connectWarren(topology);
     const scheduler = store.retryTable.scheduler({ publisher: warren.publisher, exchange: topology.exchange, checks: { carrier: async () => { throw new Error('carrier says 503'); } }, health: { intervalMs: 20, failuresToPause: 1 } });
     onTeardown(() => scheduler.stop());
-    expect(await healthOf([scheduler])).toMatchObject({ ready: false, live: false });
+    expect(await healthOf([scheduler])).toMatchObject({ ready: false, live: true });
     await scheduler.start();
     await waitFor(async () => (await healthOf([scheduler])).reasons.length > 0, 'the failing dependency reported');
     const h2 = await healthOf([scheduler]);

@@ -13,7 +13,9 @@ import { OutboxRelay } from '../store/outbox-relay.js';
  *
  * - `ready`: readiness fails (the broker or a database is down, a consumer is not
  *   attached); liveness does not, because restarting the process does not fix a broker.
- * - `live`: both fail: this part stopped for good and only a restart brings it back.
+ * - `live`: both fail: the process is stuck and only a restart helps. warren's own parts
+ *   never report this (they reconnect, re-attach and retry by themselves, and a part that
+ *   was stopped or closed is a process shutting down); it is there for checks of your own.
  * - `none`: fails neither; reported so a person reading the probe's body sees it
  *   (a dependency the retry table holds paused, rows the relay flagged).
  */
@@ -133,10 +135,10 @@ export function storeHealth(store: CheckableStore, options: CheckOptions = {}): 
 }
 
 /**
- * An outbox relay's health: running (a stopped relay publishes nothing until the process
- * starts it again: liveness fails), and the oldest pending row younger than `maxLagMs`
- * (readiness fails when it is older, or when the lag cannot be read). Rows flagged as
- * unpublishable are reported without failing either probe: they wait for a person.
+ * An outbox relay's health: running (not started, or stopped: readiness fails), and the
+ * oldest pending row younger than `maxLagMs` (readiness fails when it is older, or when
+ * the lag cannot be read). Rows flagged as unpublishable are reported without failing
+ * either probe: they wait for a person.
  */
 export function relayHealth(relay: Pick<OutboxRelay, 'started' | 'lag'>, options: RelayHealthOptions = {}): HealthSource {
   const timeoutMs = checkMs(options.timeoutMs, 2000, 'timeoutMs');
@@ -144,7 +146,7 @@ export function relayHealth(relay: Pick<OutboxRelay, 'started' | 'lag'>, options
   const component = 'outbox relay';
   return {
     async health() {
-      if (!relay.started) return healthReport([{ component, fails: 'live', message: 'not running: it publishes no outbox row until started again' }]);
+      if (!relay.started) return healthReport([{ component, fails: 'ready', message: 'not running: it publishes no outbox row until started' }]);
       const reasons: HealthReason[] = [];
       try {
         const lag = await within(relay.lag(), timeoutMs, 'the outbox lag query');
@@ -161,7 +163,7 @@ export function relayHealth(relay: Pick<OutboxRelay, 'started' | 'lag'>, options
 }
 
 /**
- * A retry-table scheduler's health: running (stopped: liveness fails, as for a relay),
+ * A retry-table scheduler's health: running (not started, or stopped: readiness fails),
  * and the state of its health checks. A dependency its checks found down is reported
  * without failing either probe: holding that dependency's rows is the retry table doing
  * its job, and taking this process out of service would not bring the dependency back.
@@ -170,7 +172,7 @@ export function schedulerHealth(scheduler: Pick<RetryScheduler, 'started' | 'hea
   const component = 'retry scheduler';
   return {
     health() {
-      if (!scheduler.started) return Promise.resolve(healthReport([{ component, fails: 'live', message: 'not running: no due row is released until started again' }]));
+      if (!scheduler.started) return Promise.resolve(healthReport([{ component, fails: 'ready', message: 'not running: no due row is released until started' }]));
       const reasons: HealthReason[] = [];
       for (const s of scheduler.health?.states() ?? []) {
         if (s.healthy !== false) continue;
