@@ -87,6 +87,25 @@ describe('warren.health()', () => {
     expect(await warren.health()).toEqual({ ready: true, live: true, reasons: [] });
   });
 
+  it('is not ready, naming the topology, while its declaration after a reconnect fails (a queue redeclared with other arguments)', async () => {
+    const { host, port } = upstream();
+    const proxy = await TcpProxy.start(port, host);
+    onTeardown(() => proxy.close());
+    const { topology, name, queue } = setup();
+    const warren = await connectWarren(topology, { url: brokerUrl(proxy.port), reconnect: { initialDelayMs: 20, maxDelayMs: 100 } });
+    await warren.consume(name, async () => {});
+    await proxy.cut();
+    const conn = await rawConnection();
+    const ch = await conn.createChannel();
+    await ch.deleteQueue(queue);
+    await ch.assertQueue(queue, { durable: true, arguments: { 'x-message-ttl': 1234 } });
+    await proxy.restore();
+    await waitFor(async () => components(await warren.health()).includes('topology'), 'the failed declaration reported', 15_000);
+    const h = await warren.health();
+    expect(h).toMatchObject({ ready: false, live: true });
+    expect(h.reasons.find((r) => r.component === 'topology')!.message).toContain(queue);
+  });
+
   it('is not ready while the broker blocks the publish connection, naming the broker\'s reason', async () => {
     const { host, port } = upstream();
     const proxy = await BlockingProxy.start(port, host);
