@@ -70,6 +70,9 @@ describe('a consumer logging through pino', () => {
     await warren.publish('x', { hang: true }, { messageId: 'hangs' });
     await waitFor(() => consumer.stats.parked >= 2, 'both messages parked');
 
+    // Not logged yet, to be asserted once they are: the error's class and message on the
+    // retry line (`errorClass: 'TypeError'`, `error: 'the ledger said no'`; for a timeout
+    // `errorClass: 'HandlerTimeoutError'`), and `errorClass` and the parked `queue` on the park line.
     const retry = lines.find((l) => l.msg === 'handler failed; retrying later' && l['messageId'] === 'fails-twice');
     expect(retry).toMatchObject({ level: 30, consumer: declaration.name, messageId: 'fails-twice', attempts: 1, queue: declaration.retryQueues[0] });
 
