@@ -1,9 +1,10 @@
 import { EventEmitter } from 'node:events';
-import { BrokerConnection, type ConnectionOptions } from './connection/index.js';
+import { BrokerConnection, redactUrl, type ConnectionOptions } from './connection/index.js';
 import { Consumer } from './consume/consumer.js';
 import type { ConsumerOptions, Handler } from './consume/types.js';
 import { ClosedError } from './errors.js';
-import { silentLogger, type Logger } from './logger.js';
+import { healthReport, type HealthReason, type HealthReport } from './health/index.js';
+import { toLogger, type Logger } from './logger.js';
 import { ManagementClient, type ManagementOptions } from './management/client.js';
 import { Publisher, type PublishOptions, type PublisherOptions, type PublishReceipt } from './publish/publisher.js';
 import { declareTopology, planTopology, verifyTopology, type TopologyPlan } from './topology/apply.js';
@@ -57,11 +58,13 @@ export class Warren extends EventEmitter {
   private readonly consumers: Array<Consumer<never, never>> = [];
   private readonly managementOptions: ManagementOptions | undefined;
   private closed = false;
+  /** Why the last declaration of the topology failed; undefined once one succeeded. */
+  private topologyError: unknown;
 
   private constructor(options: WarrenOptions) {
     super();
     this.topology = options.topology;
-    this.logger = options.logger ?? silentLogger;
+    this.logger = toLogger(options.logger);
     this.connection = new BrokerConnection(options);
     this.publishConnection = new BrokerConnection({ ...options, connectionName: `${options.connectionName ?? 'warren'} (publish)` });
     this.publisher = new Publisher(this.publishConnection, this.topology.exchange, { logger: this.logger, ...options.publisher });
@@ -73,7 +76,15 @@ export class Warren extends EventEmitter {
   static async connect(options: WarrenOptions): Promise<Warren> {
     const warren = new Warren(options);
     if (options.declare !== false) {
-      await warren.connection.onReady((model) => declareTopology(model, warren.topology));
+      await warren.connection.onReady(async (model) => {
+        try {
+          await declareTopology(model, warren.topology);
+          warren.topologyError = undefined;
+        } catch (error) {
+          warren.topologyError = error;
+          throw error;
+        }
+      });
     }
     try {
       await warren.connection.open();
@@ -121,6 +132,39 @@ export class Warren extends EventEmitter {
   /** Like {@link plan}, but throws {@link TopologyDriftError} on any difference. */
   async verify(): Promise<TopologyPlan> {
     return verifyTopology(await this.connection.waitReady(10_000), this.topology, this.management());
+  }
+
+  /**
+   * Readiness and liveness, with reasons. Not ready while a connection is down (it
+   * reconnects on its own), while the broker blocks the publish connection (a resource
+   * alarm: publishes wait), while the last declaration of the topology failed, or while
+   * a consumer is not attached to its queue (it re-attaches on its own). None of these
+   * fails liveness: restarting the process does not bring a broker back, and warren
+   * reconnects and re-attaches by itself. A closed Warren is not ready. See docs/health.md.
+   *
+   * @example
+   * const { ready, live, reasons } = await warren.health();
+   */
+  health(): Promise<HealthReport> {
+    // Closing is what a shutdown does: failing liveness then would kill a pod mid-drain.
+    if (this.closed) return Promise.resolve(healthReport([{ component: 'warren', fails: 'ready', message: 'closed: it consumes and publishes nothing more' }]));
+    const reasons: HealthReason[] = [];
+    for (const [component, c] of [['connection', this.connection], ['publish connection', this.publishConnection]] as const) {
+      if (!c.ready) reasons.push({ component, fails: 'ready', message: `not connected to ${redactUrl(c.url)}; reconnecting` });
+    }
+    const blocked = this.publishConnection.blocked;
+    if (blocked !== undefined) reasons.push({ component: 'publish connection', fails: 'ready', message: `the broker blocked publishing: ${blocked}` });
+    // The consumers' connection publishes nothing, so a block there stops no work.
+    const consumersBlocked = this.connection.blocked;
+    if (consumersBlocked !== undefined) reasons.push({ component: 'connection', fails: 'none', message: `the broker blocked the consumers' connection: ${consumersBlocked}` });
+    if (this.topologyError !== undefined) {
+      const why = this.topologyError instanceof Error ? this.topologyError.message : String(this.topologyError);
+      reasons.push({ component: 'topology', fails: 'ready', message: `the last declaration failed: ${why}` });
+    }
+    for (const consumer of this.consumers) {
+      if (!consumer.attached) reasons.push({ component: `consumer ${consumer.name}`, fails: 'ready', message: `not attached to queue ${consumer.declaration.queue}; re-attaching` });
+    }
+    return Promise.resolve(healthReport(reasons));
   }
 
   /** Closes consumers (gracefully, see {@link Consumer.close}), then the publisher, then the connection. */

@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events';
 import * as amqp from 'amqplib';
 import { BrokerHandshakeError, BrokerUnreachableError, ClosedError, InvalidOptionError } from '../errors.js';
 import { diagnoseHandshake } from './handshake.js';
-import { silentLogger, type Logger } from '../logger.js';
+import { toLogger, type Logger } from '../logger.js';
 import { redactUrl } from './url.js';
 
 export { redactUrl };
@@ -93,7 +93,7 @@ export class BrokerConnection extends EventEmitter {
     this.maxDelayMs = positive(options.reconnect?.maxDelayMs, 10_000, 'reconnect.maxDelayMs');
     this.heartbeat = options.heartbeatSeconds ?? 10;
     this.connectionName = options.connectionName ?? 'warren';
-    this.logger = options.logger ?? silentLogger;
+    this.logger = toLogger(options.logger);
   }
 
   /** True while a connection is up and every ready hook has run. */

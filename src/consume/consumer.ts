@@ -3,7 +3,7 @@ import { EventEmitter } from 'node:events';
 import type * as amqp from 'amqplib';
 import { ClosedError, HandlerTimeoutError, InvalidOptionError, InvalidPayloadError, UnroutableError, WarrenError } from '../errors.js';
 import { HEADER, MAX_HEADER_TABLE_BYTES, MAX_NAME_BYTES, type ParkReason } from '../headers.js';
-import { silentLogger, type Logger } from '../logger.js';
+import { toLogger, type Logger } from '../logger.js';
 import type { BrokerConnection } from '../connection/index.js';
 import { backoffDelay } from '../connection/index.js';
 import { declareTopology } from '../topology/apply.js';
@@ -232,7 +232,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     }
     if (options.classify !== undefined && typeof options.classify !== 'function') throw new InvalidOptionError('classify', 'expected a function (error) => "permanent" | "transient" | undefined');
     if (options.idempotency !== undefined && typeof options.idempotency?.run !== 'function') throw new InvalidOptionError('idempotency', 'expected a guard with a `run(messageId, consumer, work)` method, such as `store.idempotency()`');
-    this.logger = options.logger === undefined ? silentLogger : guardedLogger(options.logger);
+    this.logger = options.logger === undefined ? toLogger(undefined) : guardedLogger(toLogger(options.logger));
     if (options.onOutcome !== undefined) {
       if (typeof options.onOutcome !== 'function') throw new InvalidOptionError('onOutcome', 'expected a function (outcome) => void');
       this.on('outcome', options.onOutcome);

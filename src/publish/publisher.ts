@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import type * as amqp from 'amqplib';
 import { ClosedError, InvalidOptionError, PublishNackedError, PublishNotConfirmedError, PublishNotSentError, UnroutableError } from '../errors.js';
-import { silentLogger, type Logger } from '../logger.js';
+import { toLogger, type Logger } from '../logger.js';
 import type { BrokerConnection } from '../connection/index.js';
 import { stampMessage, type PublishOptions } from './stamp.js';
 
@@ -133,7 +133,7 @@ export class Publisher extends EventEmitter {
     const confirm = options.confirmTimeoutMs ?? DEFAULTS.confirmTimeoutMs;
     if (!Number.isInteger(confirm) || confirm < 10 || confirm > 3_600_000) throw new InvalidOptionError('confirmTimeoutMs', `${confirm} is not a whole number of milliseconds from 10 to 3600000`);
     this.confirmTimeoutMs = confirm;
-    this.logger = options.logger ?? silentLogger;
+    this.logger = toLogger(options.logger);
   }
 
   /** Opens the confirm channel now and after every reconnect. */

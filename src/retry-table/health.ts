@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events';
 import { InvalidOptionError } from '../errors.js';
-import type { Logger } from '../logger.js';
+import { toLogger, type Logger } from '../logger.js';
 import type { RetryTable } from './index.js';
 
 /**
@@ -124,7 +124,7 @@ export class HealthMonitor extends EventEmitter {
     if (typeof checks !== 'object' || checks === null || Object.keys(checks).length === 0) {
       throw new InvalidOptionError('checks', 'expected at least one check, e.g. { carrier: "http://carrier.internal/health" }');
     }
-    this.logger = options.logger ?? table.logger;
+    this.logger = options.logger === undefined ? table.logger : toLogger(options.logger);
     const intervalMs = int(options.intervalMs, 5000, 'intervalMs', 1, 86_400_000);
     const failuresToPause = int(options.failuresToPause, 3, 'failuresToPause', 1, 1000);
     const timeoutMs = int(options.timeoutMs, 2000, 'timeoutMs', 1, 600_000);

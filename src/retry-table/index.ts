@@ -9,7 +9,7 @@ import { EventEmitter } from 'node:events';
 import { hostname, userInfo } from 'node:os';
 import { InvalidOptionError, WarrenError } from '../errors.js';
 import { HEADER } from '../headers.js';
-import { silentLogger, type Logger } from '../logger.js';
+import { toLogger, type Logger } from '../logger.js';
 import type { OutboxRelay, OutboxRelayOptions } from '../store/outbox-relay.js';
 import { checkFilter } from './filter.js';
 import { HealthMonitor, type HealthChecks, type HealthMonitorOptions } from './health.js';
@@ -120,7 +120,7 @@ export class RetryTable extends EventEmitter {
     this.driver = deps.driver;
     this.backend = deps.driver.backend;
     this.makeRelay = deps.relay;
-    this.logger = deps.logger ?? silentLogger;
+    this.logger = toLogger(deps.logger);
   }
 
   /** Records that something in this process waits on `dependency` (rules and checks do), so commands accept it. */

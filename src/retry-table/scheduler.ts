@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { backoffDelay } from '../connection/index.js';
 import { InvalidOptionError } from '../errors.js';
-import type { Logger } from '../logger.js';
+import { toLogger, type Logger } from '../logger.js';
 import type { OutboxPublisher, OutboxRelay, OutboxRelayOptions } from '../store/outbox-relay.js';
 import type { HealthChecks, HealthMonitor, HealthMonitorOptions } from './health.js';
 import type { RetryTable } from './index.js';
@@ -132,7 +132,7 @@ export class RetryScheduler extends EventEmitter {
     this.maxPending = positiveInt(options.maxPending, Math.max(20, 2 * this.batchSize), 'maxPending', 1_000_000);
     this.initialDelayMs = positiveInt(options.retry?.initialDelayMs, 100, 'retry.initialDelayMs', 3_600_000);
     this.maxDelayMs = positiveInt(options.retry?.maxDelayMs, 5000, 'retry.maxDelayMs', 3_600_000);
-    this.logger = options.logger ?? table.logger;
+    this.logger = options.logger === undefined ? table.logger : toLogger(options.logger);
     if (options.relay !== false) {
       if (typeof options.publisher?.send !== 'function') throw new InvalidOptionError('publisher', 'expected a publisher with `send(message)`, such as `warren.publisher`');
       if (typeof options.exchange !== 'string') throw new InvalidOptionError('exchange', 'expected the exchange of outbox rows added without one: `warren.topology.exchange`');

@@ -1,5 +1,5 @@
 import { InvalidOptionError } from '../errors.js';
-import { silentLogger, type Logger } from '../logger.js';
+import { toLogger, type Logger } from '../logger.js';
 import type { StoreOptions } from './index.js';
 
 /** Defaults of {@link StoreOptions}, in one place. */
@@ -53,7 +53,7 @@ export function resolveStoreOptions(options: StoreOptions): ResolvedStoreOptions
     auditRetentionMs: checkInt(options.auditRetentionMs, STORE_DEFAULTS.auditRetentionMs, 'auditRetentionMs', 0, Number.MAX_SAFE_INTEGER),
     pruneIntervalMs: checkInt(options.pruneIntervalMs, STORE_DEFAULTS.pruneIntervalMs, 'pruneIntervalMs', 0, 2 ** 31 - 1),
     pruneBatchSize: checkInt(options.pruneBatchSize, STORE_DEFAULTS.pruneBatchSize, 'pruneBatchSize', 1, 100_000),
-    logger: options.logger ?? silentLogger,
+    logger: toLogger(options.logger),
   });
 }
 

@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events';
 import { randomBytes } from 'node:crypto';
 import { InvalidOptionError, WarrenError } from '../errors.js';
 import { backoffDelay } from '../connection/index.js';
-import { silentLogger, type Logger } from '../logger.js';
+import { toLogger, type Logger } from '../logger.js';
 import type { OutgoingMessage } from '../publish/publisher.js';
 import type { OutboxLag, StoreBackend } from './index.js';
 import { outgoingMessage, type OutboxRow } from './outbox-message.js';
@@ -205,12 +205,12 @@ export class OutboxRelay extends EventEmitter {
       relayId: `${process.pid}.${randomBytes(4).toString('hex')}`,
       leaseMs: checkInt(options.leaseMs, 30_000, 'leaseMs', 1, 24 * 3600 * 1000),
       gapTimeoutMs: checkInt(options.gapTimeoutMs, 60_000, 'gapTimeoutMs', 0, 24 * 3600 * 1000),
-      logger: options.logger ?? silentLogger,
+      logger: toLogger(options.logger),
     });
     this.pollMs = checkInt(options.pollMs, driver.defaultPollMs, 'pollMs', 1, 3_600_000);
     this.initialDelayMs = checkInt(options.retry?.initialDelayMs, 100, 'retry.initialDelayMs', 1, 3_600_000);
     this.maxDelayMs = checkInt(options.retry?.maxDelayMs, 5000, 'retry.maxDelayMs', this.initialDelayMs, 3_600_000);
-    this.logger = options.logger ?? silentLogger;
+    this.logger = toLogger(options.logger);
   }
 
   /** True between `start()` and `stop()`. */
