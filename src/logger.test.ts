@@ -70,20 +70,19 @@ describe('a consumer logging through pino', () => {
     await warren.publish('x', { hang: true }, { messageId: 'hangs' });
     await waitFor(() => consumer.stats.parked >= 2, 'both messages parked');
 
-    // Not logged yet, to be asserted once they are: the error's class and message on the
-    // retry line (`errorClass: 'TypeError'`, `error: 'the ledger said no'`; for a timeout
-    // `errorClass: 'HandlerTimeoutError'`), and `errorClass` and the parked `queue` on the park line.
-    const retry = lines.find((l) => l.msg === 'handler failed; retrying later' && l['messageId'] === 'fails-twice');
-    expect(retry).toMatchObject({ level: 30, consumer: declaration.name, messageId: 'fails-twice', attempts: 1, queue: declaration.retryQueues[0] });
+    // Each line says what failed (class and message) beside where the message went.
+    const retry = lines.find((l) => String(l.msg).startsWith('handler failed') && l['messageId'] === 'fails-twice');
+    expect(retry).toMatchObject({ level: 30, consumer: declaration.name, messageId: 'fails-twice', attempts: 1, tier: 0, queue: declaration.retryQueues[0], errorClass: 'TypeError', error: 'the ledger said no' });
+    expect(retry!.msg).toBe(`handler failed (TypeError: the ledger said no); retrying in ${declaration.delaysMs[0]} ms`);
 
-    const park = lines.find((l) => l.msg === 'message parked' && l['messageId'] === 'fails-twice');
-    expect(park).toMatchObject({ level: 40, consumer: declaration.name, messageId: 'fails-twice', attempts: 2, error: 'the ledger said no' });
+    const park = lines.find((l) => String(l.msg).startsWith('message parked') && l['messageId'] === 'fails-twice');
+    expect(park).toMatchObject({ level: 40, consumer: declaration.name, messageId: 'fails-twice', attempts: 2, reason: 'max-attempts', queue: declaration.parkedQueue, errorClass: 'TypeError', error: 'the ledger said no' });
 
     // A handler that does not settle within timeoutMs is a transient failure: retried, then parked.
-    const timeoutRetry = lines.find((l) => l.msg === 'handler failed; retrying later' && l['messageId'] === 'hangs');
-    expect(timeoutRetry).toMatchObject({ level: 30, consumer: declaration.name, messageId: 'hangs', attempts: 1, queue: declaration.retryQueues[0] });
-    const timeoutPark = lines.find((l) => l.msg === 'message parked' && l['messageId'] === 'hangs');
-    expect(timeoutPark).toMatchObject({ level: 40, consumer: declaration.name, messageId: 'hangs', attempts: 2 });
+    const timeoutRetry = lines.find((l) => String(l.msg).startsWith('handler failed') && l['messageId'] === 'hangs');
+    expect(timeoutRetry).toMatchObject({ level: 30, consumer: declaration.name, messageId: 'hangs', attempts: 1, queue: declaration.retryQueues[0], errorClass: 'HandlerTimeoutError' });
+    const timeoutPark = lines.find((l) => String(l.msg).startsWith('message parked') && l['messageId'] === 'hangs');
+    expect(timeoutPark).toMatchObject({ level: 40, consumer: declaration.name, messageId: 'hangs', attempts: 2, errorClass: 'HandlerTimeoutError' });
     expect(String(timeoutPark!['error'])).toMatch(/did not settle within 50 ms/);
   });
 });

@@ -763,7 +763,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     };
     if (await this.move(d, queue, next, { reason: 'unencodable-headers', attempts: decision.attempts, failure })) {
       this.logger.info(`handler failed (${failure.errorClass}: ${firstLine(failure.message)}); retrying in ${this.declaration.delaysMs[decision.tier] ?? 0} ms`, {
-        consumer: this.name, messageId, attempt: decision.attempts, maxAttempts: this.declaration.maxAttempts, tier: decision.tier, delayMs: this.declaration.delaysMs[decision.tier], queue,
+        consumer: this.name, messageId, attempts: decision.attempts, maxAttempts: this.declaration.maxAttempts, tier: decision.tier, delayMs: this.declaration.delaysMs[decision.tier], queue,
         errorClass: failure.errorClass, error: failure.message,
       });
       this.count({ kind: 'retried', messageId, attempts: decision.attempts, queue, error }, d);
