@@ -111,7 +111,10 @@ describe('prom-client is optional', () => {
   const hook = `data:text/javascript,${encodeURIComponent(
     `import { register } from 'node:module'; register('data:text/javascript,' + encodeURIComponent('export async function resolve(s, c, next) { if (s === "prom-client" || s.startsWith("prom-client/")) throw new Error("prom-client was loaded"); return next(s, c); }'));`,
   )}`;
-  const load = (entry: string) => spawnSync(process.execPath, ['--import', hook, '--input-type=module', '-e', `await import(${JSON.stringify(join(ROOT, entry))}); console.log('loaded');`], { encoding: 'utf8', cwd: ROOT });
+  // The control case below ends its child with an error on purpose: the guard that fails
+  // a test on a child's uncaught error (test/child-guard.mjs) is left out of these children.
+  const childEnv = Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'WARREN_CHILD_ERRORS'));
+  const load = (entry: string) => spawnSync(process.execPath, ['--import', hook, '--input-type=module', '-e', `await import(${JSON.stringify(join(ROOT, entry))}); console.log('loaded');`], { encoding: 'utf8', cwd: ROOT, env: childEnv });
 
   it("importing 'warren' (and its SQLite and PostgreSQL entry points, and the CLI's table) never loads prom-client", () => {
     for (const entry of ['dist/index.js', 'dist/store/sqlite/index.js', 'dist/store/postgres/index.js', 'dist/cli/run.js']) {
