@@ -109,15 +109,20 @@ async function ready(conn: amqp.ChannelModel, queue: string): Promise<number> {
   }
 }
 
-/** Waits until the ready counts of the queues are the same ten reads in a row, 30 ms apart. */
-async function stable(conn: amqp.ChannelModel, queues: readonly string[]): Promise<void> {
+/**
+ * Waits until the queues hold at least `atLeast` ready messages between them and the
+ * count is the same ten reads in a row, 30 ms apart: a killed command's held messages
+ * are back (the broker returns them some time after the connection is gone).
+ */
+async function stable(conn: amqp.ChannelModel, queues: readonly string[], atLeast = 0): Promise<void> {
   let last = -1;
   let same = 0;
-  for (let tries = 0; tries < 1000 && same < 10; tries++) {
+  for (let tries = 0; same < 10; tries++) {
     let sum = 0;
     for (const q of queues) sum += await ready(conn, q);
-    same = sum === last ? same + 1 : 0;
+    same = sum === last && sum >= atLeast ? same + 1 : 0;
     last = sum;
+    if (tries > 1000) throw new Error(`${queues.join(' and ')} hold ${sum} ready messages, not the ${atLeast} or more expected: messages were lost`);
     await new Promise((r) => setTimeout(r, 30));
   }
 }
@@ -159,7 +164,7 @@ function killer() {
       child.kill('SIGKILL');
     },
     /** Waits until the connection is gone and the queues' ready counts have stopped changing (held messages are back). */
-    async settled(conn: amqp.ChannelModel, queues: readonly string[]): Promise<void> {
+    async settled(conn: amqp.ChannelModel, queues: readonly string[], atLeast = 0): Promise<void> {
       const { base, auth } = mgmtApi();
       for (let tries = 0; ; tries++) {
         const res = await fetch(`${base}/api/connections?columns=name,peer_port`, { headers: { authorization: auth } });
@@ -168,7 +173,7 @@ function killer() {
         if (tries > 500) throw new Error('the killed command’s connection is still open on the broker');
         await new Promise((r) => setTimeout(r, 20));
       }
-      await stable(conn, queues);
+      await stable(conn, queues, atLeast);
     },
   };
 }
@@ -266,7 +271,7 @@ describe.each(['classic', 'quorum'] as const)('parked commands killed half-way, 
       onSpawn: when(async () => (await ready(conn, billing.parkedQueue)) < n - 100, k.kill),
     });
     expect(killed.signal).toBe('SIGKILL');
-    await k.settled(conn, [billing.parkedQueue]);
+    await k.settled(conn, [billing.parkedQueue], others.length);
     const r = await warren(['parked', 'purge', 'billing', '--error-class', 'TimeoutError', '--yes'], { env, timeoutMs: 120_000 });
     expect(r.code, r.stderr).toBe(0);
     const left = await peekIds(conn, billing.parkedQueue);
@@ -283,7 +288,7 @@ describe.each(['classic', 'quorum'] as const)('parked commands killed half-way, 
       onSpawn: when(async () => (await ready(conn, billing.queue)) >= n / 10, k.kill),
     });
     expect(killed.signal).toBe('SIGKILL');
-    await k.settled(conn, [billing.parkedQueue, billing.queue]);
+    await k.settled(conn, [billing.parkedQueue, billing.queue], n);
     const r = await warren(['parked', 'replay', 'billing', '--error-class', 'TimeoutError'], { env, timeoutMs: 120_000 });
     expect(r.code, r.stderr).toBe(0);
     const replayed = (await takeAll(conn, billing.queue)).map((m) => String(m.properties.messageId));
@@ -313,7 +318,7 @@ describe.each(['classic', 'quorum'] as const)('parked commands killed half-way, 
       },
     });
     expect(killed.signal).toBe('SIGKILL');
-    await k.settled(conn, [billing.parkedQueue]);
+    await k.settled(conn, [billing.parkedQueue], n);
     const left = await peekIds(conn, billing.parkedQueue);
     expect(twice(left)).toEqual([]);
     expect(new Set(left)).toEqual(new Set(ids));
@@ -336,7 +341,7 @@ describe.each(['classic', 'quorum'] as const)('parked commands whose connection 
     });
     expect(closed.code).not.toBe(0);
     expect(closed.stderr).toMatch(/closed/i);
-    await stable(conn, [billing.parkedQueue, billing.queue]);
+    await stable(conn, [billing.parkedQueue, billing.queue], n);
     const r = await warren(['parked', 'replay', 'billing', '--error-class', 'TimeoutError'], { env, timeoutMs: 120_000 });
     expect(r.code, r.stderr).toBe(0);
     const replayed = (await takeAll(conn, billing.queue)).map((m) => String(m.properties.messageId));
@@ -356,7 +361,7 @@ describe.each(['classic', 'quorum'] as const)('parked commands whose connection 
     });
     expect(closed.code).not.toBe(0);
     expect(closed.stderr).toMatch(/closed/i);
-    await stable(conn, [billing.parkedQueue]);
+    await stable(conn, [billing.parkedQueue], others.length);
     const r = await warren(['parked', 'purge', 'billing', '--error-class', 'TimeoutError', '--yes'], { env, timeoutMs: 120_000 });
     expect(r.code, r.stderr).toBe(0);
     const left = await peekIds(conn, billing.parkedQueue);
