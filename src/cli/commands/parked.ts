@@ -323,7 +323,8 @@ function replaySummary(ctx: CommandContext, c: ConsumerTopology, filter: ParkedF
     return code;
   }
   if (r.matched === 0) {
-    noMatch(ctx, c, filter, r);
+    if (interrupted) ctx.err('Interrupted before any message was replayed: everything is still parked.');
+    else noMatch(ctx, c, filter, r);
     return code;
   }
   if (r.dryRun) {
