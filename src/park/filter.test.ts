@@ -55,6 +55,51 @@ describe('routingKeyMatches', () => {
     expect(routingKeyMatches('*.created', 'order.created.eu')).toBe(false);
     // Dots in a literal word are not wildcards.
     expect(routingKeyMatches('order.*', 'orderXcreated')).toBe(false);
+    expect(routingKeyMatches('#.#', 'order')).toBe(true);
+    expect(routingKeyMatches('*.#.*', 'order')).toBe(false);
+    expect(routingKeyMatches('*.#.*', 'order.eu')).toBe(true);
+    expect(routingKeyMatches('#', '')).toBe(true);
+    expect(routingKeyMatches('*', '')).toBe(true);
+    expect(routingKeyMatches('#.*.#.created.#', 'a.b.created')).toBe(true);
+    expect(routingKeyMatches('#.*.#.created.#', 'created')).toBe(false);
+  });
+
+  it('takes time in proportion to pattern × key, however many # words the pattern has', () => {
+    // Tried word by word with backtracking, this pair takes longer than anyone would wait:
+    // every way of sharing 200 words among 20 '#' is tried before the final 'x' fails.
+    const pattern = `${Array.from({ length: 20 }, () => '#').join('.')}.x`;
+    const key = Array.from({ length: 200 }, (_, i) => `w${i}`).join('.');
+    const started = performance.now();
+    expect(routingKeyMatches(pattern, key)).toBe(false);
+    expect(routingKeyMatches(pattern, `${key}.x`)).toBe(true);
+    expect(routingKeyMatches(`${Array.from({ length: 200 }, () => '#.*').join('.')}.y`, key)).toBe(false);
+    expect(performance.now() - started).toBeLessThan(500);
+  });
+
+  it('agrees with word-by-word backtracking on every small pattern and key', () => {
+    function reference(p: readonly string[], pi: number, k: readonly string[], ki: number): boolean {
+      if (pi === p.length) return ki === k.length;
+      if (p[pi] === '#') {
+        for (let j = ki; j <= k.length; j++) if (reference(p, pi + 1, k, j)) return true;
+        return false;
+      }
+      return ki < k.length && (p[pi] === '*' || p[pi] === k[ki]) && reference(p, pi + 1, k, ki + 1);
+    }
+    const words = ['#', '*', 'a', 'b'];
+    const patterns: string[][] = [[]];
+    for (let n = 0; n < 4; n++) for (const p of patterns.filter((q) => q.length === n)) for (const w of words) patterns.push([...p, w]);
+    const keys: string[][] = [[]];
+    for (let n = 0; n < 5; n++) for (const k of keys.filter((q) => q.length === n)) for (const w of ['a', 'b']) keys.push([...k, w]);
+    const disagree: string[] = [];
+    let checked = 0;
+    for (const p of patterns.slice(1)) {
+      for (const k of keys.slice(1)) {
+        if (routingKeyMatches(p.join('.'), k.join('.')) !== reference(p, 0, k, 0)) disagree.push(`${p.join('.')} against ${k.join('.')}`);
+        checked += 1;
+      }
+    }
+    expect(disagree).toEqual([]);
+    expect(checked).toBeGreaterThan(5000);
   });
 });
 

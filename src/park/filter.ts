@@ -28,22 +28,35 @@ export function isEmptyFilter(f: ParkedFilter): boolean {
   return f.error === undefined && f.errorClass === undefined && f.since === undefined && f.until === undefined && (f.messageIds === undefined || f.messageIds.length === 0) && f.routingKey === undefined;
 }
 
-/** Word-by-word topic matching: `*` is exactly one word, `#` zero or more. */
-function matchWords(pattern: readonly string[], pi: number, key: readonly string[], ki: number): boolean {
-  if (pi === pattern.length) return ki === key.length;
-  const word = pattern[pi];
-  if (word === '#') {
-    for (let j = ki; j <= key.length; j++) if (matchWords(pattern, pi + 1, key, j)) return true;
-    return false;
+/**
+ * Topic matching, `*` exactly one word and `#` zero or more, by dynamic programming over
+ * words: `next[j]` says whether the rest of the pattern matches the key from word `j`.
+ * Time is O(pattern words × key words) whatever the pattern: trying each way of sharing
+ * the key among several `#` (backtracking) is exponential in their number, and an
+ * operator's long pattern against long keys would never finish.
+ */
+function matchWords(pattern: readonly string[], key: readonly string[]): boolean {
+  const n = key.length;
+  // After the whole pattern, only the end of the key matches.
+  let next: boolean[] = Array.from({ length: n + 1 }, (_, j) => j === n);
+  for (let i = pattern.length - 1; i >= 0; i--) {
+    const word = pattern[i];
+    const here: boolean[] = new Array<boolean>(n + 1).fill(false);
+    if (word === '#') {
+      // '#' takes no word (next[j]) or one more word and stays '#' (here[j + 1]).
+      for (let j = n; j >= 0; j--) here[j] = next[j] === true || (j < n && here[j + 1] === true);
+    } else {
+      for (let j = 0; j < n; j++) here[j] = next[j + 1] === true && (word === '*' || word === key[j]);
+    }
+    next = here;
   }
-  if (ki === key.length) return false;
-  return (word === '*' || word === key[ki]) && matchWords(pattern, pi + 1, key, ki + 1);
+  return next[0] === true;
 }
 
 /** True when `key` matches the topic `pattern`, as a topic exchange would route it. */
 export function routingKeyMatches(pattern: string, key: string): boolean {
   if (!pattern.includes('*') && !pattern.includes('#')) return pattern === key;
-  return matchWords(pattern.split('.'), 0, key.split('.'), 0);
+  return matchWords(pattern.split('.'), key.split('.'));
 }
 
 /** True when the message matches every criterion of the filter. Pure. */

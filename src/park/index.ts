@@ -19,6 +19,7 @@ export {
   type ParkedSummary,
   type RawMessage,
 } from './message.js';
+export { parkedIdentity } from './identity.js';
 export { walkParked, type MoveFailure, type MoveTarget, type StopReason, type Verdict, type WalkOptions, type WalkResult } from './reader.js';
 export {
   browseParked,
@@ -34,6 +35,7 @@ export {
   type ParkedOperationResult,
   type ParkedTarget,
   type PurgeOptions,
+  type PurgeResult,
   type ReplayOptions,
   type ReplayProgress,
   type ReplayResult,

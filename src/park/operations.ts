@@ -4,6 +4,7 @@ import type { ConsumerTopology } from '../topology/declaration.js';
 import { QueueNotFoundError } from './errors.js';
 import { isEmptyFilter, matchesFilter, type ParkedFilter } from './filter.js';
 import { copyProperties, decodeBody, plainValue, replayHeaders, type ParkedMessage } from './message.js';
+import { parkedIdentity } from './identity.js';
 import { walkParked, type Verdict, type WalkOptions, type WalkResult } from './reader.js';
 
 /** The queues of a consumer that the parked-queue operations use. */
@@ -101,7 +102,7 @@ export interface ReplayProgress {
   readonly total: number;
   readonly scanned: number;
   readonly matched: number;
-  /** Copies published so far (confirms may still be outstanding). */
+  /** Copies published so far (the last batch may not be committed yet). */
   readonly published: number;
   readonly elapsedMs: number;
   /** The `limit`, when one is set. */
@@ -133,7 +134,7 @@ export interface ReplayResult extends ParkedOperationResult {
   /** Copies confirmed and their originals acknowledged (0 on a dry run). */
   readonly replayed: number;
   readonly elapsedMs: number;
-  /** Replayed messages per second, from the first publish to the last confirm (intervals between messages per second). */
+  /** Replayed messages per second, from the first publish to the last (intervals between publishes per second). */
   readonly ratePerSecond: number;
 }
 
@@ -167,10 +168,11 @@ async function checkQueueExists(model: amqp.ChannelModel, queue: string): Promis
  * Replays parked messages to their consumer's own work queue, through the default
  * exchange (so no other queue bound to the routing key gets a copy), with the same
  * message id and properties, the attempt count reset and the replay recorded in
- * headers (see {@link replayHeaders}). Each copy is confirmed before its original is
- * acknowledged: if the process dies half-way, nothing is lost and at most a message is
- * replayed twice, which an idempotent consumer absorbs. Messages that do not match stay
- * parked, in their order.
+ * headers (see {@link replayHeaders}). Each copy and the acknowledgement of its original
+ * are committed in one transaction: if the process dies or its connection closes
+ * half-way, each message is either replayed or still parked, never both and never
+ * neither, and running the replay again finishes the job. Messages that do not match
+ * stay parked, in their order.
  *
  * @example
  * const result = await replayParked(model, topology.consumer('billing'), {
@@ -189,6 +191,7 @@ export async function replayParked(model: amqp.ChannelModel, target: ParkedTarge
   if (!dryRun) await checkQueueExists(model, target.queue);
   const started = Date.now();
   let firstPublish: number | undefined;
+  let lastPublish = 0;
   let published = 0;
   let scanned = 0;
   let total = 0;
@@ -204,6 +207,7 @@ export async function replayParked(model: amqp.ChannelModel, target: ParkedTarge
       if (options.signal?.aborted) return KEEP_AND_STOP;
     }
     firstPublish ??= Date.now();
+    lastPublish = Date.now();
     published += 1;
     const headers = replayHeaders(m, now());
     return {
@@ -234,7 +238,8 @@ export async function replayParked(model: amqp.ChannelModel, target: ParkedTarge
   });
   const elapsedMs = Date.now() - started;
   // n publishes paced at r per second span n - 1 intervals: count intervals, not messages.
-  const span = firstPublish === undefined ? 0 : Date.now() - firstPublish;
+  // The pace is that of the publishes: the last commit's wait for the disk is not part of it.
+  const span = firstPublish === undefined ? 0 : lastPublish - firstPublish;
   const intervals = result.moved > 1 ? result.moved - 1 : result.moved;
   return {
     ...result,
@@ -250,16 +255,75 @@ export async function replayParked(model: amqp.ChannelModel, target: ParkedTarge
 }
 
 /** Options of {@link purgeParked}. */
-export type PurgeOptions = ParkedOperationOptions;
+export interface PurgeOptions extends ParkedOperationOptions {
+  /**
+   * Delete only these messages, by {@link parkedIdentity} (an identity given twice
+   * deletes two messages that have it): the ones a person counted and agreed to delete.
+   * Messages parked since, or with another identity, stay. The filter still applies.
+   * @default every message that matches the filter
+   */
+  only?: Iterable<string>;
+}
+
+/** What a purge did. */
+export interface PurgeResult extends ParkedOperationResult {
+  /** Of the messages `only` named, how many were not found (replayed or deleted meanwhile). */
+  readonly notFound: number;
+}
 
 /**
  * Deletes matching parked messages (acknowledges them); the others stay, in their order.
- * With a `limit`, deletes at most that many, from the head.
+ * With a `limit`, deletes at most that many, from the head. With `only`, deletes exactly
+ * the messages named, by identity, whatever was parked meanwhile.
+ *
+ * @example
+ * // Count, ask, then delete what was counted (not "that many from the head").
+ * const counted = await listParked(model, billing, { filter });
+ * await purgeParked(model, billing, { filter, only: counted.messages.map(parkedIdentity) });
  */
-export async function purgeParked(model: amqp.ChannelModel, target: ParkedTarget, options: PurgeOptions = {}): Promise<ParkedOperationResult> {
-  const { visit, state } = matcher(options, (_m, last) => ({ action: 'remove', stop: last }));
-  const result = await walkParked(model, target.parkedQueue, visit, walkOptions(target, options));
-  return { ...result, consumer: target.name, matched: state.matched, limitReached: state.limitReached };
+export async function purgeParked(model: amqp.ChannelModel, target: ParkedTarget, options: PurgeOptions = {}): Promise<PurgeResult> {
+  const { only, ...rest } = options;
+  let wanted: Map<string, number> | undefined;
+  let left = 0;
+  if (only !== undefined) {
+    wanted = new Map();
+    for (const id of only) {
+      wanted.set(id, (wanted.get(id) ?? 0) + 1);
+      left += 1;
+    }
+  }
+  const { visit: matchVisit, state } = matcher(rest, (_m, last) => ({ action: 'remove', stop: last }));
+  const visit = (m: ParkedMessage): Verdict | Promise<Verdict> => {
+    if (wanted === undefined) return matchVisit(m);
+    const id = parkedIdentity(m);
+    const n = wanted.get(id) ?? 0;
+    if (n === 0) return KEEP;
+    const verdict = matchVisit(m);
+    if (!('then' in verdict) && verdict.action === 'remove') {
+      wanted.set(id, n - 1);
+      left -= 1;
+      // Every named message found: the rest of the queue need not be read.
+      if (left === 0) return { action: 'remove', stop: true };
+    }
+    return verdict;
+  };
+  const result = left === 0 && wanted !== undefined ? await emptyResult(model, target) : await walkParked(model, target.parkedQueue, visit, walkOptions(target, rest));
+  return { ...result, consumer: target.name, matched: state.matched, limitReached: state.limitReached, notFound: left };
+}
+
+/** The result of a purge that had nothing to delete: the queue is not read. */
+async function emptyResult(model: amqp.ChannelModel, target: ParkedTarget): Promise<WalkResult> {
+  const ch = await model.createChannel();
+  ch.on('error', () => undefined);
+  try {
+    const total = (await ch.checkQueue(target.parkedQueue)).messageCount;
+    return { queue: target.parkedQueue, total, scanned: 0, kept: 0, removed: 0, moved: 0, failed: [], notExamined: total, stopReason: 'stopped', rewritten: 0 };
+  } catch (error) {
+    if (typeof error === 'object' && error !== null && (error as { code?: unknown }).code === 404) throw new QueueNotFoundError(target.parkedQueue, { cause: error });
+    throw error;
+  } finally {
+    await ch.close().catch(() => undefined);
+  }
 }
 
 /** One exported parked message: a JSON line of {@link exportParked}. */

@@ -41,10 +41,17 @@ export interface WalkOptions {
    */
   maxHeld?: number;
   /**
-   * Publishes (moves and copies) awaiting their confirm at once.
+   * Changes (moves, removals, a quorum queue's copies) committed to the broker together,
+   * in one transaction. A change older than {@link WalkOptions.maxCommitDelayMs} is
+   * committed without waiting for a full batch.
    * @default 500
    */
   maxInFlight?: number;
+  /**
+   * The longest a change waits for its batch before it is committed.
+   * @default 50
+   */
+  maxCommitDelayMs?: number;
   /** Stops the walk before the next message; what was examined is settled as usual. */
   signal?: AbortSignal;
   /** Called once, before the first message is read, with the number of messages the walk will examine at most. */
@@ -90,7 +97,7 @@ export interface WalkResult {
   readonly rewritten: number;
 }
 
-const DEFAULTS = { maxHeld: 10_000, maxInFlight: 500 } as const;
+const DEFAULTS = { maxHeld: 10_000, maxInFlight: 500, maxCommitDelayMs: 50 } as const;
 
 function wholeNumber(value: number | undefined, fallback: number, option: string, min: number, max: number): number {
   const v = value ?? fallback;
@@ -102,6 +109,7 @@ interface Settings {
   readonly quorum: boolean;
   readonly maxHeld: number;
   readonly maxInFlight: number;
+  readonly maxCommitDelayMs: number;
   readonly signal: AbortSignal | undefined;
   readonly onStart: ((total: number) => void) | undefined;
 }
@@ -114,6 +122,7 @@ function settings(options: WalkOptions): Settings {
     quorum: options.queueType === 'quorum',
     maxHeld: wholeNumber(options.maxHeld, DEFAULTS.maxHeld, 'maxHeld', 1, 10_000_000),
     maxInFlight: wholeNumber(options.maxInFlight, DEFAULTS.maxInFlight, 'maxInFlight', 1, 100_000),
+    maxCommitDelayMs: wholeNumber(options.maxCommitDelayMs, DEFAULTS.maxCommitDelayMs, 'maxCommitDelayMs', 0, 60_000),
     signal: options.signal,
     onStart: options.onStart,
   };
@@ -128,27 +137,33 @@ function messageText(error: unknown): string {
 }
 
 /**
- * Works through a parked queue from its head, one message at a time, without losing
- * or reordering what stays. It reads with `basic.get` (no auto-ack) on its own
- * confirm channel and asks `visit` what to do with each message:
+ * Works through a parked queue from its head, one message at a time, without losing,
+ * duplicating or reordering what stays. It reads with `basic.get` (no auto-ack) on its
+ * own channel in transaction mode and asks `visit` what to do with each message:
  *
  * - `keep`: on a classic queue the message is held unacknowledged, and when the walk
  *   ends the channel is closed and the broker puts it back in its old place. A quorum
  *   queue does not: RabbitMQ 3.x requeues to the back, 4.x to the head in the order
  *   of the requeues, a closed channel's messages in no set order, and 4.x counts each
- *   return as a delivery and drops the message after 20 (a parked queue has no
- *   dead-letter target). So on a quorum queue a kept message is copied to the back
- *   with confirm and the original acknowledged; if the walk stops early, the messages
- *   it did not reach are copied to the back after them, which restores the order.
- * - `move`: published with confirm and `mandatory`, then acknowledged; if the publish
- *   fails it stays, as if kept.
+ *   return as a delivery. So on a quorum queue a kept message is copied to the back and
+ *   the original acknowledged; if the walk stops early, the messages it did not reach
+ *   are copied to the back after them, which restores the order.
+ * - `move`: published with `mandatory`, and the original acknowledged; if the broker
+ *   returns it (its target queue is gone), the original is put back in the queue.
  * - `remove`: acknowledged.
  *
+ * Every publish and acknowledgement is committed in a transaction (`tx.commit`), a
+ * batch at a time, so a copy and the acknowledgement of its original take effect
+ * together or not at all. A walk interrupted at any point (Ctrl-C, kill -9, a connection
+ * the broker closes) leaves each message exactly once: what was committed is done, and
+ * the broker returns every message whose change was not committed. Only the order of a
+ * quorum queue may change then (the broker returns a closed channel's messages in no
+ * set order). With publisher confirms instead, a copy confirmed but not yet
+ * acknowledged when the process died would stay as a duplicate.
+ *
  * Only the messages in the queue when the walk begins are examined, so a message that
- * is parked again while the walk runs (a replay that fails at once) is not taken twice.
- * If the process dies half-way the broker returns everything unacknowledged: nothing
- * is lost, a moved or copied message may exist twice (and a quorum queue's order may
- * be rotated). Do not run two walks on one queue at once.
+ * is parked while the walk runs (or again, after a replay that fails at once) is not
+ * taken. Do not run two walks on one queue at once.
  *
  * @example
  * const result = await walkParked(model, 'billing.parked', (m) =>
@@ -161,47 +176,63 @@ export async function walkParked(
   options: WalkOptions = {},
 ): Promise<WalkResult> {
   const s = settings(options);
-  const ch = await model.createConfirmChannel();
+  const ch = await model.createChannel();
   const walk = new Walk(ch, queue, s);
   try {
+    await (ch as unknown as RpcChannel).rpc(TX.select, {}, TX.selectOk);
     return await walk.run(visit);
   } finally {
     walk.closing = true;
-    // Closing the channel puts every held message back (a classic queue: in its old place).
+    // Closing the channel discards an uncommitted batch and puts every held message back
+    // (a classic queue: in its old place).
     await ch.close().catch(() => undefined);
   }
 }
 
+/** AMQP 0-9-1 transaction methods (class 90), which amqplib has no wrapper for. */
+const TX = { select: 0x5a000a, selectOk: 0x5a000b, commit: 0x5a0014, commitOk: 0x5a0015 } as const;
+
+/** amqplib's channel RPC: send a method, wait for the expected reply. */
+interface RpcChannel {
+  rpc(method: number, fields: Record<string, never>, expect: number): Promise<unknown>;
+}
+
+/** One uncommitted change. */
+type Change =
+  | { readonly kind: 'remove'; readonly m: amqp.GetMessage }
+  | { readonly kind: 'copy'; readonly m: amqp.GetMessage }
+  | { readonly kind: 'move'; readonly m: amqp.GetMessage; readonly position: number; readonly to: MoveTarget }
+  | { readonly kind: 'restore'; readonly m: amqp.GetMessage };
+
 class Walk {
   closing = false;
   private closedReason: string | undefined;
-  private returned: string | undefined;
   private total = 0;
   private scanned = 0;
   private kept = 0;
   private removed = 0;
   private moved = 0;
   private copied = 0;
-  private copiesSent = 0;
+  private unroutable = false;
   private readonly failed: MoveFailure[] = [];
-  private readonly publisher: ConfirmedPublisher;
+  private pending: Change[] = [];
+  private oldestPending = 0;
+  private readonly returns: amqp.Message[] = [];
 
   constructor(
-    private readonly ch: amqp.ConfirmChannel,
+    private readonly ch: amqp.Channel,
     private readonly queue: string,
     private readonly s: Settings,
   ) {
-    this.publisher = new ConfirmedPublisher(ch, s.maxInFlight, () => this.closedReason);
     ch.on('error', (err: Error) => {
       this.closedReason ??= err.message;
     });
     ch.on('close', () => {
       if (!this.closing) this.closedReason ??= 'the channel closed';
-      this.publisher.wake();
     });
+    // In a transaction the broker returns an unroutable message at the commit, before commit-ok.
     ch.on('return', (msg: amqp.Message) => {
-      const f = msg.fields as { replyCode?: number; replyText?: string; routingKey: string; exchange: string };
-      this.returned ??= `the broker returned it (${f.replyCode ?? 312} ${f.replyText ?? 'NO_ROUTE'}): no queue '${f.routingKey}' to route to via exchange '${f.exchange || '(default)'}'`;
+      this.returns.push(msg);
     });
   }
 
@@ -221,11 +252,12 @@ class Walk {
     let exhausted = false;
     try {
       while (this.scanned < this.total) {
+        if (this.pending.length > 0 && Date.now() - this.oldestPending >= this.s.maxCommitDelayMs) await this.commit();
         if (this.s.signal?.aborted) {
           stopReason = 'aborted';
           break;
         }
-        if (this.returned !== undefined) {
+        if (this.unroutable) {
           stopReason = 'unroutable';
           break;
         }
@@ -244,24 +276,23 @@ class Walk {
         try {
           verdict = await visit(toParkedMessage(m, position));
         } catch (error) {
-          await this.keep(m, position);
+          this.keep(m);
           throw error;
         }
-        if (verdict.action === 'keep') await this.keep(m, position);
-        else if (verdict.action === 'remove') {
-          this.ch.ack(m);
-          this.removed += 1;
-        } else await this.move(m, position, verdict.to);
+        if (verdict.action === 'keep') this.keep(m);
+        else if (verdict.action === 'remove') this.change({ kind: 'remove', m });
+        else this.change({ kind: 'move', m, position, to: verdict.to });
+        if (this.pending.length >= this.s.maxInFlight) await this.commit();
         if (verdict.stop) {
           stopReason = this.s.signal?.aborted ? 'aborted' : 'stopped';
           break;
         }
       }
+      await this.commit();
+      if (this.unroutable && stopReason === 'end') stopReason = 'unroutable';
       const notExamined = exhausted ? 0 : Math.max(0, this.total - this.scanned);
       // Kept messages went to the back of a quorum queue: the unexamined ones follow them there.
-      if (this.s.quorum && notExamined > 0 && this.copiesSent > 0) await this.rotate(notExamined);
-      await this.publisher.drain();
-      if (this.broken) throw this.interrupted();
+      if (this.s.quorum && notExamined > 0 && this.copied > 0) await this.rotate(notExamined);
       return {
         queue: this.queue,
         total: this.total,
@@ -277,8 +308,8 @@ class Walk {
     } catch (error) {
       if (error instanceof WalkInterruptedError) throw error;
       if (this.broken) throw this.interrupted(error);
-      // Let confirmed moves be acknowledged; closing the channel puts back the rest.
-      await this.publisher.drain().catch(() => undefined);
+      // Settle what was decided before the error; closing the channel puts back the rest.
+      await this.commit().catch(() => undefined);
       throw error;
     }
   }
@@ -287,99 +318,30 @@ class Walk {
     return new WalkInterruptedError(this.queue, this.closedReason ?? 'unknown reason', this.moved, this.removed, { cause });
   }
 
-  private async keep(m: amqp.GetMessage, position: number): Promise<void> {
+  private change(c: Change): void {
+    if (this.pending.length === 0) this.oldestPending = Date.now();
+    this.pending.push(c);
+  }
+
+  private keep(m: amqp.GetMessage): void {
     this.kept += 1;
-    if (this.s.quorum) await this.copyToBack(m, position);
+    if (this.s.quorum) this.change({ kind: 'copy', m });
   }
 
   private async rotate(count: number): Promise<void> {
-    for (let i = 0; i < count && !this.broken; i++) {
+    for (let i = 0; i < count; i++) {
       const m = await this.ch.get(this.queue, { noAck: false });
       if (m === false) break;
-      await this.copyToBack(m, this.scanned + i + 1);
+      this.change({ kind: 'copy', m });
+      if (this.pending.length >= this.s.maxInFlight) await this.commit();
     }
+    await this.commit();
   }
 
-  /** Quorum queues: a confirmed copy at the back, then the original acknowledged. */
-  private async copyToBack(m: amqp.GetMessage, position: number): Promise<void> {
-    this.copiesSent += 1;
-    const headers = refreshHeaders(m.properties.headers ?? {});
-    const { outcome } = await this.publisher.publish({ exchange: '', routingKey: this.queue, content: m.content, properties: copyProperties(m.properties, headers) });
-    void outcome.then((error) => {
-      if (this.broken) return;
-      if (error !== undefined) {
-        // The original stays unacknowledged and goes back when the channel closes, out of place.
-        this.failed.push({ position, messageId: typeof m.properties.messageId === 'string' ? m.properties.messageId : undefined, error: `could not be copied to the back of the queue, so it may be out of order: ${error}` });
-        return;
-      }
-      this.ch.ack(m);
-      this.copied += 1;
-    });
-  }
-
-  private async move(m: amqp.GetMessage, position: number, to: MoveTarget): Promise<void> {
-    const messageId = typeof m.properties.messageId === 'string' ? m.properties.messageId : undefined;
-    const { outcome } = await this.publisher.publish(to);
-    void outcome.then(async (error) => {
-      // After a return every later confirm is suspect: keep those originals (a duplicate at worst).
-      const failure = error ?? this.returned;
-      if (failure !== undefined) {
-        this.failed.push({ position, messageId, error: failure });
-        if (this.s.quorum && !this.broken) await this.copyToBack(m, position);
-        return;
-      }
-      if (this.broken) return;
-      this.ch.ack(m);
-      this.moved += 1;
-    });
-  }
-}
-
-/**
- * Publishes with confirm and `mandatory` on one channel, at most `max` awaiting their
- * confirm at once, waiting for the socket to drain when it is full.
- */
-class ConfirmedPublisher {
-  private inFlight = 0;
-  private readonly waiters: Array<() => void> = [];
-
-  constructor(
-    private readonly ch: amqp.ConfirmChannel,
-    private readonly max: number,
-    private readonly broken: () => string | undefined,
-  ) {}
-
-  /** Wakes everyone waiting (the channel closed; amqplib fails the outstanding confirms). */
-  wake(): void {
-    for (const w of this.waiters.splice(0)) w();
-  }
-
-  /**
-   * Resolves once the message is handed to the socket, to its pending outcome:
-   * `undefined` when confirmed, else why not. (Wrapped in an object: an async
-   * function returning a promise would wait for it.)
-   */
-  async publish(to: MoveTarget): Promise<{ outcome: Promise<string | undefined> }> {
-    while (this.inFlight >= this.max && this.broken() === undefined) await new Promise<void>((r) => this.waiters.push(r));
-    const broken = this.broken();
-    if (broken !== undefined) return { outcome: Promise.resolve(broken) };
-    this.inFlight += 1;
-    let settle: (error: string | undefined) => void = () => undefined;
-    const outcome = new Promise<string | undefined>((resolve) => (settle = resolve));
-    const done = (error: string | undefined) => {
-      this.inFlight -= 1;
-      this.waiters.shift()?.();
-      settle(error);
-    };
-    let writable = true;
-    try {
-      writable = this.ch.publish(to.exchange, to.routingKey, to.content, { ...to.properties, mandatory: true }, (err: unknown) => {
-        done(err ? `the broker did not confirm it (${messageText(err)})` : undefined);
-      });
-    } catch (error) {
-      done(`the channel refused it (${messageText(error)})`);
-    }
-    if (!writable && this.broken() === undefined) {
+  /** Publishes `to` with `mandatory`, waiting when the socket's buffer is full. */
+  private async publish(to: MoveTarget): Promise<void> {
+    const writable = this.ch.publish(to.exchange, to.routingKey, to.content, { ...to.properties, mandatory: true });
+    if (!writable && !this.broken) {
       await new Promise<void>((resolve) => {
         const go = () => {
           this.ch.off('drain', go);
@@ -390,15 +352,62 @@ class ConfirmedPublisher {
         this.ch.on('close', go);
       });
     }
-    return { outcome };
   }
 
-  /** Waits until every publish has its outcome and the outcome handlers have run. */
-  async drain(): Promise<void> {
-    // An outcome handler may publish again (a failed move copied back), so wait until it settles down.
-    do {
-      while (this.inFlight > 0 && this.broken() === undefined) await new Promise<void>((r) => this.waiters.push(r));
-      await new Promise<void>((r) => setImmediate(r));
-    } while (this.inFlight > 0 && this.broken() === undefined);
+  /** A copy of `m` for the back of its own queue. */
+  private copyOf(m: amqp.GetMessage): MoveTarget {
+    return { exchange: '', routingKey: this.queue, content: m.content, properties: copyProperties(m.properties, refreshHeaders(m.properties.headers ?? {})) };
+  }
+
+  /**
+   * Sends the pending batch (publishes, then acknowledgements) and commits it: the
+   * broker applies all of it or, if the channel closes first, none of it.
+   */
+  private async commit(): Promise<void> {
+    if (this.broken) throw this.interrupted();
+    const batch = this.pending;
+    if (batch.length === 0) return;
+    this.pending = [];
+    for (const c of batch) {
+      if (c.kind === 'copy' || c.kind === 'restore') await this.publish(this.copyOf(c.m));
+      else if (c.kind === 'move') await this.publish(c.to);
+      if (c.kind !== 'restore') this.ch.ack(c.m);
+    }
+    this.returns.length = 0;
+    try {
+      await (this.ch as unknown as RpcChannel).rpc(TX.commit, {}, TX.commitOk);
+    } catch (error) {
+      this.closedReason ??= messageText(error);
+      throw this.interrupted(error);
+    }
+    for (const c of batch) {
+      if (c.kind === 'remove') this.removed += 1;
+      else if (c.kind === 'copy') this.copied += 1;
+    }
+    const moves = batch.filter((c): c is Extract<Change, { kind: 'move' }> => c.kind === 'move');
+    if (this.returns.length === 0) {
+      this.moved += moves.length;
+      return;
+    }
+    // A move the broker returned: its original was acknowledged in the same commit, so
+    // put it back in the queue (at its back) in the next one.
+    const returned = this.returns.splice(0);
+    for (const move of moves) {
+      const i = returned.findIndex((r) => r.fields.routingKey === move.to.routingKey && r.properties.messageId === move.to.properties.messageId && r.content.equals(move.to.content));
+      if (i < 0) {
+        this.moved += 1;
+        continue;
+      }
+      const r = returned.splice(i, 1)[0] as amqp.Message;
+      const f = r.fields as { replyCode?: number; replyText?: string; exchange: string };
+      this.unroutable = true;
+      this.failed.push({
+        position: move.position,
+        messageId: typeof move.m.properties.messageId === 'string' ? move.m.properties.messageId : undefined,
+        error: `the broker returned it (${f.replyCode ?? 312} ${f.replyText ?? 'NO_ROUTE'}): no queue '${move.to.routingKey}' to route to via exchange '${f.exchange || '(default)'}'; it is parked again, at the back of the queue`,
+      });
+      this.change({ kind: 'restore', m: move.m });
+    }
+    await this.commit();
   }
 }

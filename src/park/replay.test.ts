@@ -164,7 +164,7 @@ describe('replay options', () => {
     expect(await peekIds(conn, billing.parkedQueue)).toEqual(ids);
   });
 
-  it('keeps messages whose replay came back unroutable', async () => {
+  it('keeps messages whose replay came back unroutable, each parked once', async () => {
     const t = topology();
     const billing = t.consumer('billing');
     const conn = await declared(t);
@@ -188,8 +188,9 @@ describe('replay options', () => {
     expect(result.replayed + result.failed.length + result.kept + result.notExamined).toBe(5);
     expect(result.failed.length).toBeGreaterThanOrEqual(1);
     expect(result.stopReason).toBe('unroutable');
+    // A returned copy's original is parked again at the back: each message is still parked once.
     const left = await peekIds(conn, billing.parkedQueue);
-    expect(left).toEqual(ids.slice(result.replayed));
+    expect([...left].sort()).toEqual(ids.slice(result.replayed));
   });
 });
 

@@ -1,6 +1,7 @@
 import { createWriteStream, type WriteStream } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { describeFilter, isEmptyFilter, parseFilter, type ParkedFilter } from '../../park/filter.js';
+import { parkedIdentity } from '../../park/identity.js';
 import { attemptHistory, decodeBody, groupParked, plainValue, summarize, type ParkedMessage } from '../../park/message.js';
 import { browseParked, exportParked, listParked, purgeParked, replayParked, type ParkedOperationResult, type ReplayOptions, type ReplayResult } from '../../park/operations.js';
 import type { ConsumerTopology } from '../../topology/declaration.js';
@@ -322,7 +323,8 @@ function replaySummary(ctx: CommandContext, c: ConsumerTopology, filter: ParkedF
     return code;
   }
   if (r.matched === 0) {
-    noMatch(ctx, c, filter, r);
+    if (interrupted) ctx.err('Interrupted before any message was replayed: everything is still parked.');
+    else noMatch(ctx, c, filter, r);
     return code;
   }
   if (r.dryRun) {
@@ -368,9 +370,10 @@ export const parkedPurge: Command = {
   description: [
     'Deletes parked messages of CONSUMER that match the filters (all of them without',
     'filters). It counts them first and asks for confirmation; with --yes it does not ask,',
-    'and --yes is required when stdin is not a terminal. At most the counted number is',
-    'deleted, from the head, so messages parked meanwhile are kept. The rest stay in their',
-    'order. Export them first if they may be needed: this cannot be undone.',
+    'and --yes is required when stdin is not a terminal. Exactly the messages counted are',
+    'deleted, told apart by message id, body and park time (not by position), so messages',
+    'parked meanwhile are kept. The rest stay in their order. Export them first if they',
+    'may be needed: this cannot be undone.',
   ].join('\n'),
   flags: PURGE_FLAGS,
   examples: ['warren parked purge billing --error-class ValidationError', 'warren parked export billing --until 7d -o old.jsonl && warren parked purge billing --until 7d --yes'],
@@ -379,7 +382,10 @@ export const parkedPurge: Command = {
     const c = await consumerArg(ctx, 'parked purge');
     const options = { ...common(ctx), ...limitOf(ctx) };
     const conn = await ctx.connection();
-    const counted = await browseParked(conn, c, { ...options, onMessage: () => undefined });
+    // What is counted (and confirmed) is deleted, by identity: a message parked meanwhile
+    // is not among them, wherever it lands in the queue.
+    const targets: string[] = [];
+    const counted = await browseParked(conn, c, { ...options, onMessage: (m) => void targets.push(parkedIdentity(m)) });
     if (counted.matched === 0) {
       if (ctx.json) ctx.printJson({ ...resultJson(counted), removed: 0 });
       else noMatch(ctx, c, options.filter, counted);
@@ -394,10 +400,12 @@ export const parkedPurge: Command = {
         return EXIT.failed;
       }
     }
-    const r = await purgeParked(conn, c, { ...options, limit: counted.matched });
-    if (ctx.json) ctx.printJson({ ...resultJson(r), removed: r.removed });
+    const { limit: _limit, ...purge } = options;
+    const r = await purgeParked(conn, c, { ...purge, only: targets });
+    if (ctx.json) ctx.printJson({ ...resultJson(r), counted: counted.matched, removed: r.removed, notFound: r.notFound });
     else {
       ctx.out(`Deleted ${plural(r.removed, 'parked message')} of ${c.name} from ${c.parkedQueue}.`);
+      if (r.notFound > 0) ctx.out(`${plural(r.notFound, 'counted message')} ${r.notFound === 1 ? 'was' : 'were'} no longer parked (replayed or deleted meanwhile).`);
       for (const line of coverage(counted)) ctx.out(line);
     }
     return r.stopReason === 'aborted' ? EXIT.interrupted : EXIT.ok;
