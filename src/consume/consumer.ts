@@ -219,7 +219,8 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     private readonly handler: Handler<T, Tx>,
     private readonly options: ConsumerOptions<T, Tx> = {},
   ) {
-    super();
+    // An async listener's rejection comes to the method below, not to the process.
+    super({ captureRejections: true });
     this.name = declaration.name;
     if (typeof handler !== 'function') throw new InvalidOptionError('handler', 'expected a function (payload, context) => Promise<void>');
     this.prefetch = int(options.prefetch, DEFAULTS.prefetch, 'prefetch', 1, 65_535);
@@ -242,6 +243,11 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       checkPolicy(options.retryTable);
       for (const rule of options.retryTable.rules ?? []) options.retryTable.table.nameDependency(rule.dependency);
     }
+  }
+
+  /** A listener that returned a rejected promise: logged, like one that throws (see {@link count}). */
+  [Symbol.for('nodejs.rejection')](error: unknown, event: string): void {
+    this.logger.error('an outcome listener threw', { consumer: this.name, event, error: errorText(error) });
   }
 
   /** Attaches now and again after every reconnect. */
