@@ -18,6 +18,7 @@ describe('breaker: an async outcome listener that rejects', () => {
     const logged: string[] = [];
     const consumer = await warren.consume(c.name, async () => undefined, {
       logger: { debug: () => undefined, info: () => undefined, warn: () => undefined, error: (m) => void logged.push(m) },
+      // eslint-disable-next-line @typescript-eslint/no-misused-promises -- what a user without this rule writes
       onOutcome: async () => {
         calls++;
         throw new Error('listener failed');
