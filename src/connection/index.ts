@@ -51,6 +51,20 @@ export function backoffDelay(attempt: number, initialMs: number, maxMs: number, 
   return Math.round(base * (0.8 + 0.4 * random()));
 }
 
+/**
+ * A socket closed without an error (destroyed by a proxy agent, a TLS layer, a timeout
+ * handler) emits only 'close'; amqplib listens for 'end' and 'error', so it would notice
+ * only by the heartbeat, two to three intervals later (about 30 s by default). Treat
+ * that 'close' as the socket error it is; after a close amqplib began itself, this does
+ * nothing (it expects the socket to close).
+ */
+function noticeSilentClose(model: amqp.ChannelModel): void {
+  const connection = (model as unknown as { connection?: { stream?: NodeJS.EventEmitter; onSocketError?: (err: Error) => void } }).connection;
+  const stream = connection?.stream;
+  if (typeof stream?.once !== 'function' || typeof connection?.onSocketError !== 'function') return;
+  stream.once('close', () => connection.onSocketError?.(new Error('Socket closed')));
+}
+
 function positive(value: number | undefined, fallback: number, option: string): number {
   const v = value ?? fallback;
   if (!Number.isFinite(v) || v <= 0) throw new InvalidOptionError(option, `${v} is not a positive number of milliseconds`);
@@ -163,6 +177,7 @@ export class BrokerConnection extends EventEmitter {
     this.generation += 1;
     const generation = this.generation;
     model.on('close', (err?: Error) => this.onClose(generation, err));
+    noticeSilentClose(model);
     model.on('blocked', (reason: string) => this.onBlocked(generation, reason));
     model.on('unblocked', () => this.onUnblocked(generation));
     this.model = model;
