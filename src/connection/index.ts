@@ -222,7 +222,11 @@ export class BrokerConnection extends EventEmitter {
   }
 
   private async runHooks(model: amqp.ChannelModel): Promise<void> {
-    for (const hook of [...this.hooks]) {
+    // Hooks registered while these run are run too: `onReady` leaves them to this run
+    // (a consumer started mid-reconnect would otherwise never attach).
+    const ran = new Set<ReadyHook>();
+    for (let hook = this.hooks[0]; hook !== undefined; hook = this.hooks.find((h) => !ran.has(h))) {
+      ran.add(hook);
       try {
         await hook(model);
       } catch (error) {
@@ -259,7 +263,8 @@ export class BrokerConnection extends EventEmitter {
 
   /**
    * Registers a hook that runs on every connect. When already connected it runs
-   * now too. Returns a function that unregisters it.
+   * now too; while a connect is running its hooks, it runs as part of that connect.
+   * Returns a function that unregisters it.
    */
   async onReady(hook: ReadyHook): Promise<() => void> {
     this.hooks.push(hook);
