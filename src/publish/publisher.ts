@@ -333,6 +333,7 @@ export class Publisher extends EventEmitter {
     const messageId = message.properties.messageId;
     const key = keyOf(messageId);
     return new Promise<void>((resolve, reject) => {
+      let done = false;
       const entry: Pending = {
         key,
         exchange: message.exchange,
@@ -341,6 +342,9 @@ export class Publisher extends EventEmitter {
         deadline,
         sentAt: Date.now(),
         settle: (error?: Error) => {
+          // Once: a confirm that comes after the deadline gave the publish up changes nothing.
+          if (done) return;
+          done = true;
           const list = this.pendingByKey.get(key);
           if (list) {
             const i = list.indexOf(entry);
