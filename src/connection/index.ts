@@ -52,6 +52,20 @@ export function backoffDelay(attempt: number, initialMs: number, maxMs: number, 
   return Math.round(base * (0.8 + 0.4 * random()));
 }
 
+/**
+ * A socket closed without an error (destroyed by a proxy agent, a TLS layer, a timeout
+ * handler) emits only 'close'; amqplib listens for 'end' and 'error', so it would notice
+ * only by the heartbeat, two to three intervals later (about 30 s by default). Treat
+ * that 'close' as the socket error it is; after a close amqplib began itself, this does
+ * nothing (it expects the socket to close).
+ */
+function noticeSilentClose(model: amqp.ChannelModel): void {
+  const connection = (model as unknown as { connection?: { stream?: NodeJS.EventEmitter; onSocketError?: (err: Error) => void } }).connection;
+  const stream = connection?.stream;
+  if (typeof stream?.once !== 'function' || typeof connection?.onSocketError !== 'function') return;
+  stream.once('close', () => connection.onSocketError?.(new Error('Socket closed')));
+}
+
 function positive(value: number | undefined, fallback: number, option: string): number {
   const v = value ?? fallback;
   if (!Number.isFinite(v) || v <= 0) throw new InvalidOptionError(option, `${v} is not a positive number of milliseconds`);
@@ -170,6 +184,7 @@ export class BrokerConnection extends EventEmitter {
     this.generation += 1;
     const generation = this.generation;
     model.on('close', (err?: Error) => this.onClose(generation, err));
+    noticeSilentClose(model);
     model.on('blocked', (reason: string) => this.onBlocked(generation, reason));
     model.on('unblocked', () => this.onUnblocked(generation));
     this.model = model;
@@ -214,7 +229,11 @@ export class BrokerConnection extends EventEmitter {
   }
 
   private async runHooks(model: amqp.ChannelModel): Promise<void> {
-    for (const hook of [...this.hooks]) {
+    // Hooks registered while these run are run too: `onReady` leaves them to this run
+    // (a consumer started mid-reconnect would otherwise never attach).
+    const ran = new Set<ReadyHook>();
+    for (let hook = this.hooks[0]; hook !== undefined; hook = this.hooks.find((h) => !ran.has(h))) {
+      ran.add(hook);
       try {
         await hook(model);
       } catch (error) {
@@ -251,7 +270,8 @@ export class BrokerConnection extends EventEmitter {
 
   /**
    * Registers a hook that runs on every connect. When already connected it runs
-   * now too. Returns a function that unregisters it.
+   * now too; while a connect is running its hooks, it runs as part of that connect.
+   * Returns a function that unregisters it.
    */
   async onReady(hook: ReadyHook): Promise<() => void> {
     this.hooks.push(hook);

@@ -202,8 +202,10 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
    * Deliveries that were in flight (or waiting) when this process saw their channel
    * close, by {@link deliveryKey}, with when to forget them. Their redelivery is a blip
    * this process lived through, not a death: the crash-loop guard does not count it.
+   * Counted per key: two deliveries with one id (a publish sent again after a lost
+   * confirm) can be in flight together, and each comes back.
    */
-  private readonly seenInFlight = new Map<string, number>();
+  private readonly seenInFlight = new Map<string, { count: number; until: number }>();
   private readonly controllers = new Set<HandlerRun<unknown>>();
   private stopping = false;
   private closed = false;
@@ -219,7 +221,8 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     private readonly handler: Handler<T, Tx>,
     private readonly options: ConsumerOptions<T, Tx> = {},
   ) {
-    super();
+    // An async listener's rejection comes to the method below, not to the process.
+    super({ captureRejections: true });
     this.name = declaration.name;
     if (typeof handler !== 'function') throw new InvalidOptionError('handler', 'expected a function (payload, context) => Promise<void>');
     this.prefetch = int(options.prefetch, DEFAULTS.prefetch, 'prefetch', 1, 65_535);
@@ -242,6 +245,11 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       checkPolicy(options.retryTable);
       for (const rule of options.retryTable.rules ?? []) options.retryTable.table.nameDependency(rule.dependency);
     }
+  }
+
+  /** A listener that returned a rejected promise: logged, like one that throws (see {@link count}). */
+  [Symbol.for('nodejs.rejection')](error: unknown, event: string): void {
+    this.logger.error('an outcome listener threw', { consumer: this.name, event, error: errorText(error) });
   }
 
   /** Attaches now and again after every reconnect. */
@@ -311,19 +319,27 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   private remember(msg: amqp.ConsumeMessage): void {
     const now = Date.now();
     if (this.seenInFlight.size >= SEEN_IN_FLIGHT_MAX) {
-      for (const [k, until] of this.seenInFlight) if (until <= now || this.seenInFlight.size >= SEEN_IN_FLIGHT_MAX) this.seenInFlight.delete(k);
+      for (const [k, seen] of this.seenInFlight) if (seen.until <= now || this.seenInFlight.size >= SEEN_IN_FLIGHT_MAX) this.seenInFlight.delete(k);
     }
-    this.seenInFlight.set(deliveryKey(msg), now + SEEN_IN_FLIGHT_MS);
+    const key = deliveryKey(msg);
+    const seen = this.seenInFlight.get(key);
+    if (seen !== undefined && seen.until > now) {
+      seen.count += 1;
+      seen.until = now + SEEN_IN_FLIGHT_MS;
+    } else {
+      this.seenInFlight.set(key, { count: 1, until: now + SEEN_IN_FLIGHT_MS });
+    }
   }
 
-  /** True (once) when this process saw the delivery's previous channel close with it unsettled. */
+  /** True (once per delivery noted) when this process saw the delivery's previous channel close with it unsettled. */
   private wasSeenInFlight(msg: amqp.ConsumeMessage): boolean {
     if (this.seenInFlight.size === 0) return false;
     const key = deliveryKey(msg);
-    const until = this.seenInFlight.get(key);
-    if (until === undefined) return false;
-    this.seenInFlight.delete(key);
-    return until > Date.now();
+    const seen = this.seenInFlight.get(key);
+    if (seen === undefined) return false;
+    seen.count -= 1;
+    if (seen.count <= 0 || seen.until <= Date.now()) this.seenInFlight.delete(key);
+    return seen.until > Date.now();
   }
 
   private forget(ch: amqp.Channel): void {

@@ -231,6 +231,8 @@ export class Publisher extends EventEmitter {
   private async acquireChannel(deadline: number): Promise<amqp.ConfirmChannel> {
     if (this.channel) return this.channel;
     const model = await this.connection.waitReady(Math.max(1, Math.min(this.connectTimeoutMs, deadline - Date.now())));
+    // Closed meanwhile: a channel opened now would outlive close(), and nothing would close it.
+    if (this.closed) throw new ClosedError('The publisher');
     return this.channel ?? this.openChannel(model);
   }
 
@@ -331,6 +333,7 @@ export class Publisher extends EventEmitter {
     const messageId = message.properties.messageId;
     const key = keyOf(messageId);
     return new Promise<void>((resolve, reject) => {
+      let done = false;
       const entry: Pending = {
         key,
         exchange: message.exchange,
@@ -339,6 +342,9 @@ export class Publisher extends EventEmitter {
         deadline,
         sentAt: Date.now(),
         settle: (error?: Error) => {
+          // Once: a confirm that comes after the deadline gave the publish up changes nothing.
+          if (done) return;
+          done = true;
           const list = this.pendingByKey.get(key);
           if (list) {
             const i = list.indexOf(entry);
@@ -379,7 +385,7 @@ export class Publisher extends EventEmitter {
     });
   }
 
-  /** Waits for outstanding confirms, then closes the channel. */
+  /** Rejects publishes not yet written with ClosedError, waits for outstanding confirms, then closes the channel. */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
@@ -387,6 +393,11 @@ export class Publisher extends EventEmitter {
     this.connection.off('unblocked', this.onUnblocked);
     clearInterval(this.sweeper);
     for (const w of this.writeWaiters.splice(0)) w.fail(new ClosedError('The publisher'));
+    // Those waiting for a slot too: a slot freed later would send them on after close(),
+    // with no sweep left to bound them.
+    for (let i = this.slotHead; i < this.slotWaiters.length; i++) this.slotWaiters[i]?.fail(new ClosedError('The publisher'));
+    this.slotWaiters = [];
+    this.slotHead = 0;
     const ch = this.channel;
     this.channel = undefined;
     if (ch) {
