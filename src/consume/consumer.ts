@@ -17,6 +17,7 @@ import { checkPolicy, decideWait, DEFAULT_WAIT_ATTEMPTS, isWaitForCondition, rec
 import { retryRow } from '../retry-table/row.js';
 import { classifyFailure } from './classify.js';
 import { formatIssues } from './schema.js';
+import { traceDelivery, type DeliveryTrace } from '../trace/index.js';
 import type { ConsumerOptions, ConsumerStats, Handler, MessageContext, Outcome } from './types.js';
 
 const DEFAULTS = { prefetch: 20, concurrency: 10, timeoutMs: 60_000, shutdownTimeoutMs: 10_000, storeOutageHoldMs: 300_000 } as const;
@@ -26,6 +27,8 @@ interface Delivery {
   readonly ch: amqp.Channel;
   /** performance.now() when its processing started, for the outcome's `durationMs`. */
   started?: number;
+  /** The delivery's consumer span, from the start of its processing to its outcome. */
+  trace?: DeliveryTrace;
 }
 
 function int(value: number | undefined, fallback: number, option: string, min: number, max: number): number {
@@ -264,10 +267,10 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       const delivery = this.waiting.shift() as Delivery;
       // One derived promise per delivery (this runs once per message).
       const run: Promise<void> = this.process(delivery).then(
-        () => this.finished(run),
+        () => this.finished(run, delivery),
         (error: unknown) => {
           this.logger.error('unexpected failure while settling a delivery; it will be redelivered', { consumer: this.name, error: error instanceof Error ? error.message : String(error) });
-          this.finished(run);
+          this.finished(run, delivery);
         },
       );
       this.active.add(run);
@@ -275,7 +278,8 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     }
   }
 
-  private finished(run: Promise<void>): void {
+  private finished(run: Promise<void>, d: Delivery): void {
+    d.trace?.end(); // ends the span of a delivery that reached no outcome (no-op otherwise)
     this.active.delete(run);
     this.stats.inFlight = this.active.size;
     this.pump();
@@ -292,6 +296,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
 
   private count(outcome: Outcome, d?: Delivery): void {
     if (d?.started !== undefined) (outcome as { durationMs?: number }).durationMs = performance.now() - d.started;
+    d?.trace?.end(outcome);
     switch (outcome.kind) {
       case 'acked': this.stats.acked++; break;
       case 'duplicate': this.stats.duplicate++; break;
@@ -326,13 +331,14 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     const headers = (msg.properties.headers ?? {}) as Record<string, unknown>;
     const attempts = readAttempts(headers, this.retryQueueSet);
     if (attempts.warning) this.logger.warn('attempt count unreadable', { consumer: this.name, messageId, warning: attempts.warning });
+    const trace = (d.trace = traceDelivery(this.declaration, msg, attempts.failed + 1));
 
     let payload: T | undefined;
     try {
       if (msg.fields.redelivered && (await this.guardCrashLoop(d, headers))) return;
       const decoded = this.decode(msg, messageId);
       payload = decoded instanceof Promise ? await decoded : decoded;
-      await this.runHandler(d, payload, messageId, headers, attempts.failed);
+      await trace.run(() => this.runHandler(d, payload as T, messageId, headers, attempts.failed));
     } catch (error) {
       if (error instanceof ParkNow) {
         await this.park(d, headers, error.reason, error.error, attempts.failed + 1);
@@ -514,7 +520,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       messageId: messageId !== undefined && messageId !== '' ? messageId : uuidv7(),
       content: d.msg.content,
       properties: d.msg.properties,
-      headers,
+      headers: d.trace?.headers(headers) ?? headers,
       exchange: origin[HEADER.exchange] as string,
       routingKey: origin[HEADER.routingKey] as string,
       consumer: this.name,
@@ -610,7 +616,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
    * closes meanwhile the broker redelivers it. Returns true when acked.
    */
   private async move(d: Delivery, queue: string, headers: Record<string, unknown>): Promise<boolean> {
-    const properties = copyProperties(d.msg, headers);
+    const properties = copyProperties(d.msg, d.trace?.headers(headers) ?? headers);
     for (let attempt = 1; ; attempt++) {
       if (this.channel !== d.ch) return false; // its channel is gone: the broker redelivers it
       try {

@@ -3,6 +3,7 @@ import { InvalidOptionError } from '../errors.js';
 import type { ConsumerTopology } from '../topology/declaration.js';
 import { QueueNotFoundError } from './errors.js';
 import { isEmptyFilter, matchesFilter, type ParkedFilter } from './filter.js';
+import { traceReplay } from '../trace/index.js';
 import { copyProperties, decodeBody, plainValue, replayHeaders, type ParkedMessage } from './message.js';
 import { walkParked, type Verdict, type WalkOptions, type WalkResult } from './reader.js';
 
@@ -123,6 +124,8 @@ export interface ReplayOptions extends ParkedOperationOptions {
   onMatch?: (message: ParkedMessage) => void;
   /** The clock, for `warren-replayed-at`. @default () => new Date() */
   now?: () => Date;
+  /** Who asks for the replay, recorded on its trace span (see docs/tracing.md). @default not recorded */
+  actor?: string;
 }
 
 /** What a replay did. */
@@ -187,6 +190,7 @@ export async function replayParked(model: amqp.ChannelModel, target: ParkedTarge
   const dryRun = options.dryRun ?? false;
   const now = options.now ?? (() => new Date());
   if (!dryRun) await checkQueueExists(model, target.queue);
+  const trace = dryRun ? undefined : traceReplay(target.name, target.parkedQueue, options.actor);
   const started = Date.now();
   let firstPublish: number | undefined;
   let published = 0;
@@ -206,6 +210,7 @@ export async function replayParked(model: amqp.ChannelModel, target: ParkedTarge
     firstPublish ??= Date.now();
     published += 1;
     const headers = replayHeaders(m, now());
+    trace?.headers(headers);
     return {
       action: 'move',
       to: { exchange: '', routingKey: target.queue, content: m.content, properties: copyProperties(m.properties, headers) },
@@ -224,14 +229,22 @@ export async function replayParked(model: amqp.ChannelModel, target: ParkedTarge
   delete rest.now;
   delete rest.ratePerSecond;
   delete rest.dryRun;
+  delete rest.actor;
   const onStart = options.onStart;
-  const result = await walkParked(model, target.parkedQueue, visit, {
-    ...walkOptions(target, rest),
-    onStart: (n) => {
-      total = n;
-      onStart?.(n);
-    },
-  });
+  let result: Awaited<ReturnType<typeof walkParked>>;
+  try {
+    result = await walkParked(model, target.parkedQueue, visit, {
+      ...walkOptions(target, rest),
+      onStart: (n) => {
+        total = n;
+        onStart?.(n);
+      },
+    });
+  } catch (error) {
+    trace?.end({ error });
+    throw error;
+  }
+  trace?.end({ replayed: result.moved });
   const elapsedMs = Date.now() - started;
   // n publishes paced at r per second span n - 1 intervals: count intervals, not messages.
   const span = firstPublish === undefined ? 0 : Date.now() - firstPublish;
