@@ -14,6 +14,7 @@ import { connectWarren, depth, drain, rawConnection, testTopology, waitFor } fro
 import { listParked, replayParked } from '../park/operations.js';
 import { fastConnection } from '../park/testing/fixtures.js';
 import { BACKENDS, harness } from '../store/testing/harness.js';
+import { WaitForConditionError } from '../retry-table/wait.js';
 import { parseSpanContext, TRACE_HEADER } from './index.js';
 
 const exporter = new InMemorySpanExporter();
@@ -187,5 +188,37 @@ describe.each(BACKENDS)('tracing through the outbox: %s', (backend) => {
     const [consumed] = consumerSpans(traceId);
     expect(consumerSpans(traceId)).toHaveLength(1);
     expect(consumed?.parentSpanContext?.spanId).toBe(spanId);
+  });
+});
+
+describe.each(BACKENDS)('tracing through the retry table: %s', (backend) => {
+  it('a message back from the retry table is in the same trace, linked to the attempt that made it wait', async () => {
+    const h = await harness(backend);
+    const store = h.store();
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { billing: { queue: name('billing'), bindings: ['order.*'] } } }));
+    const warren = await connectWarren(topology);
+    const outcomes: Outcome[] = [];
+    await warren.consume(
+      'billing',
+      async (_p: unknown, ctx: MessageContext) => {
+        if (ctx.headers['warren-waits'] === undefined) throw new WaitForConditionError('ledger', { tenant: 'acme', delayMs: 0 });
+      },
+      { retryTable: { table: store.retryTable }, onOutcome: (o) => outcomes.push(o) },
+    );
+    const scheduler = store.retryTable.scheduler({ publisher: warren.publisher, exchange: topology.exchange, ratePerSecond: 1000, pollMs: 20, relay: { pollMs: 20 } });
+    await scheduler.start();
+    try {
+      const { messageId } = await warren.publish('order.created', { orderId: 5 });
+      await waitFor(() => outcomes.some((o) => o.kind === 'acked'), 'the message is back from the retry table and handled');
+      const producer = exporter.getFinishedSpans().find((s) => s.kind === SpanKind.PRODUCER && s.attributes['messaging.message.id'] === messageId);
+      const [waited, handled] = consumerSpans(producer?.spanContext().traceId as string);
+      expect(consumerSpans(producer?.spanContext().traceId as string)).toHaveLength(2);
+      expect(waited?.attributes).toMatchObject({ 'warren.outcome': 'waiting', 'warren.wait.dependency': 'ledger', 'warren.wait.tenant': 'acme' });
+      expect(handled?.attributes).toMatchObject({ 'warren.outcome': 'acked' });
+      expect(handled?.parentSpanContext?.spanId).toBe(producer?.spanContext().spanId);
+      expect(handled?.links.map((l) => l.context.spanId)).toEqual([waited?.spanContext().spanId]);
+    } finally {
+      await scheduler.stop();
+    }
   });
 });
