@@ -120,6 +120,29 @@ describe('tracing with an SDK registered', () => {
     expect(msg?.properties.headers?.['traceparent']).toBe(`00-${traceId}-${producer?.spanContext().spanId}-01`);
   });
 
+  it('a publish made inside a handler is a child of its delivery, and its consumer a grandchild', async () => {
+    const topology = testTopology(({ exchange, name }) => ({
+      exchange,
+      consumers: { billing: { queue: name('billing'), bindings: ['order.created'] }, shipping: { queue: name('shipping'), bindings: ['order.billed'] } },
+    }));
+    const warren = await connectWarren(topology);
+    const shipped: Outcome[] = [];
+    await warren.consume('billing', async () => {
+      await warren.publish('order.billed', { orderId: 1 });
+    });
+    await warren.consume('shipping', async () => undefined, { onOutcome: (o) => shipped.push(o) });
+    const { messageId } = await warren.publish('order.created', { orderId: 1 });
+    await waitFor(() => shipped.some((o) => o.kind === 'acked'), 'the follow-up event is consumed');
+    const first = exporter.getFinishedSpans().find((s) => s.kind === SpanKind.PRODUCER && s.attributes['messaging.message.id'] === messageId);
+    const spans = spansOf(first?.spanContext().traceId as string);
+    const billing = spans.find((s) => s.attributes['warren.consumer'] === 'billing');
+    const followUp = spans.find((s) => s.kind === SpanKind.PRODUCER && s.attributes['messaging.rabbitmq.destination.routing_key'] === 'order.billed');
+    const shipping = spans.find((s) => s.attributes['warren.consumer'] === 'shipping');
+    expect(billing?.parentSpanContext?.spanId).toBe(first?.spanContext().spanId);
+    expect(followUp?.parentSpanContext?.spanId).toBe(billing?.spanContext().spanId);
+    expect(shipping?.parentSpanContext?.spanId).toBe(followUp?.spanContext().spanId);
+  });
+
   it('parked, then replayed by alice: the replayed copy links to the replay span and to the parked attempt', async () => {
     const topology = testTopology(({ exchange, name }) => ({
       exchange,
