@@ -18,6 +18,7 @@ import { checkPolicy, decideWait, DEFAULT_WAIT_ATTEMPTS, isWaitForCondition, rec
 import { retryRow } from '../retry-table/row.js';
 import { classifyFailure } from './classify.js';
 import { formatIssues } from './schema.js';
+import { traceDelivery, type DeliveryTrace } from '../trace/index.js';
 import type { ConsumerOptions, ConsumerStats, Handler, MessageContext, Outcome } from './types.js';
 
 const DEFAULTS = { prefetch: 20, concurrency: 10, timeoutMs: 60_000, shutdownTimeoutMs: 10_000, storeOutageHoldMs: 300_000 } as const;
@@ -27,6 +28,8 @@ interface Delivery {
   readonly ch: amqp.Channel;
   /** performance.now() when its processing started, for the outcome's `durationMs`. */
   started?: number;
+  /** The delivery's consumer span, from the start of its processing to its outcome. */
+  trace?: DeliveryTrace;
   /** Acked or nacked by this process: nothing more may be done with it. */
   settled?: boolean;
 }
@@ -405,6 +408,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
 
   private finished(run: Promise<void>, d: Delivery): void {
     this.inFlight.delete(d);
+    d.trace?.end(); // ends the span of a delivery that reached no outcome (no-op otherwise)
     this.active.delete(run);
     this.stats.inFlight = this.active.size;
     this.pump();
@@ -424,6 +428,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
 
   private count(outcome: Outcome, d?: Delivery): void {
     if (d?.started !== undefined) (outcome as { durationMs?: number }).durationMs = performance.now() - d.started;
+    d?.trace?.end(outcome);
     switch (outcome.kind) {
       case 'acked': this.stats.acked++; break;
       case 'duplicate': this.stats.duplicate++; break;
@@ -459,13 +464,14 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     const headers = (msg.properties.headers ?? {}) as Record<string, unknown>;
     const attempts = readAttempts(headers, this.retryQueueSet);
     if (attempts.warning) this.logger.warn('attempt count unreadable', { consumer: this.name, messageId, warning: attempts.warning });
+    const trace = (d.trace = traceDelivery(this.declaration, msg, attempts.failed + 1));
 
     let payload: T | undefined;
     try {
       if (msg.fields.redelivered && (await this.guardCrashLoop(d, headers))) return;
       const decoded = this.decode(msg, messageId);
       payload = decoded instanceof Promise ? await decoded : decoded;
-      await this.runHandler(d, payload, messageId, headers, attempts.failed);
+      await trace.run(() => this.runHandler(d, payload as T, messageId, headers, attempts.failed));
     } catch (caught) {
       await this.fail(d, headers, inspectable(caught), payload, messageId, attempts.failed);
       return;
@@ -719,7 +725,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       messageId: messageId !== undefined && messageId !== '' ? messageId : uuidv7(),
       content: d.msg.content,
       properties: d.msg.properties,
-      headers,
+      headers: d.trace?.headers(headers) ?? headers,
       exchange: origin[HEADER.exchange] as string,
       routingKey: origin[HEADER.routingKey] as string,
       consumer: this.name,
@@ -853,7 +859,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
    */
   private async move(d: Delivery, queue: string, headers: Record<string, unknown>, fate: Fate): Promise<boolean> {
     let target = queue;
-    let table = withoutBrokerHeaders(headers);
+    let table = withoutBrokerHeaders(d.trace?.headers(headers) ?? headers);
     let minimal = false;
     const fallBack = (why: string): void => {
       this.logger.error('the copy\'s headers cannot be encoded; parking it with minimal metadata instead', { consumer: this.name, messageId: d.msg.properties.messageId as string | undefined, queue, why });

@@ -3,6 +3,7 @@ import { InvalidOptionError } from '../errors.js';
 import type { ConsumerTopology } from '../topology/declaration.js';
 import { QueueNotFoundError } from './errors.js';
 import { isEmptyFilter, matchesFilter, type ParkedFilter } from './filter.js';
+import { traceReplay } from '../trace/index.js';
 import { copyProperties, decodeBody, plainValue, replayHeaders, type ParkedMessage } from './message.js';
 import { parkedIdentity } from './identity.js';
 import { walkParked, type Verdict, type WalkOptions, type WalkResult } from './reader.js';
@@ -124,6 +125,8 @@ export interface ReplayOptions extends ParkedOperationOptions {
   onMatch?: (message: ParkedMessage) => void;
   /** The clock, for `warren-replayed-at`. @default () => new Date() */
   now?: () => Date;
+  /** Who asks for the replay, recorded on its trace span (see docs/tracing.md). @default not recorded */
+  actor?: string;
 }
 
 /** What a replay did. */
@@ -189,6 +192,7 @@ export async function replayParked(model: amqp.ChannelModel, target: ParkedTarge
   const dryRun = options.dryRun ?? false;
   const now = options.now ?? (() => new Date());
   if (!dryRun) await checkQueueExists(model, target.queue);
+  const trace = dryRun ? undefined : traceReplay(target.name, target.parkedQueue, options.actor);
   const started = Date.now();
   let firstPublish: number | undefined;
   let lastPublish = 0;
@@ -210,6 +214,7 @@ export async function replayParked(model: amqp.ChannelModel, target: ParkedTarge
     lastPublish = Date.now();
     published += 1;
     const headers = replayHeaders(m, now());
+    trace?.headers(headers);
     return {
       action: 'move',
       to: { exchange: '', routingKey: target.queue, content: m.content, properties: copyProperties(m.properties, headers) },
@@ -228,14 +233,22 @@ export async function replayParked(model: amqp.ChannelModel, target: ParkedTarge
   delete rest.now;
   delete rest.ratePerSecond;
   delete rest.dryRun;
+  delete rest.actor;
   const onStart = options.onStart;
-  const result = await walkParked(model, target.parkedQueue, visit, {
-    ...walkOptions(target, rest),
-    onStart: (n) => {
-      total = n;
-      onStart?.(n);
-    },
-  });
+  let result: Awaited<ReturnType<typeof walkParked>>;
+  try {
+    result = await walkParked(model, target.parkedQueue, visit, {
+      ...walkOptions(target, rest),
+      onStart: (n) => {
+        total = n;
+        onStart?.(n);
+      },
+    });
+  } catch (error) {
+    trace?.end({ error });
+    throw error;
+  }
+  trace?.end({ replayed: result.moved });
   const elapsedMs = Date.now() - started;
   // n publishes paced at r per second span n - 1 intervals: count intervals, not messages.
   // The pace is that of the publishes: the last commit's wait for the disk is not part of it.

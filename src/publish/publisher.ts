@@ -4,6 +4,7 @@ import { ClosedError, InvalidOptionError, PublishNackedError, PublishNotConfirme
 import { toLogger, type Logger } from '../logger.js';
 import type { BrokerConnection } from '../connection/index.js';
 import { stampMessage, type PublishOptions } from './stamp.js';
+import { tracePublish } from '../trace/index.js';
 
 export type { PublishOptions };
 
@@ -274,12 +275,16 @@ export class Publisher extends EventEmitter {
 
   /**
    * Publishes a JSON payload to the topology's exchange, stamped with a message id,
-   * the occurred-at time, JSON content type and persistent delivery.
+   * the occurred-at time, JSON content type and persistent delivery; in a PRODUCER span
+   * (ended at the confirm) when an OpenTelemetry SDK is registered.
    */
-  async publish(routingKey: string, payload: unknown, options: PublishOptions = {}): Promise<PublishReceipt> {
-    const { messageId, json, properties } = stampMessage(routingKey, payload, options);
-    await this.send({ exchange: options.exchange ?? this.exchange, routingKey, content: Buffer.from(json), properties });
-    return { messageId };
+  publish(routingKey: string, payload: unknown, options: PublishOptions = {}): Promise<PublishReceipt> {
+    const exchange = options.exchange ?? this.exchange;
+    return tracePublish(exchange, routingKey, async (traceContext) => {
+      const { messageId, json, properties } = stampMessage(routingKey, payload, options, traceContext);
+      await this.send({ exchange, routingKey, content: Buffer.from(json), properties });
+      return { messageId };
+    });
   }
 
   /**

@@ -1,6 +1,7 @@
 import type * as amqp from 'amqplib';
 import { InvalidOptionError } from '../errors.js';
 import { HEADER } from '../headers.js';
+import { stampTrace } from '../trace/index.js';
 import { uuidv7 } from './message-id.js';
 
 /** Per-message options of a publish, direct or through the outbox. */
@@ -33,9 +34,11 @@ export interface StampedMessage {
  * The one set of rules for a message warren sends, used by the publisher and the
  * outbox alike: a routing key of 1 to 255 characters, a JSON payload, a UUIDv7 id unless
  * given, the `warren-occurred-at` header, JSON content type, persistent delivery and the
- * AMQP timestamp in seconds. Bad input throws {@link InvalidOptionError} naming it.
+ * AMQP timestamp in seconds, and the trace context (`traceparent`, when an OpenTelemetry
+ * SDK is registered): `traceContext`'s, else the caller's active one. Bad input throws
+ * {@link InvalidOptionError} naming it.
  */
-export function stampMessage(routingKey: string, payload: unknown, options: PublishOptions = {}): StampedMessage {
+export function stampMessage(routingKey: string, payload: unknown, options: PublishOptions = {}, traceContext?: unknown): StampedMessage {
   if (typeof routingKey !== 'string' || routingKey.length === 0 || routingKey.length > 255) {
     throw new InvalidOptionError('routingKey', `${JSON.stringify(routingKey)} is not a routing key of 1 to 255 characters`);
   }
@@ -58,7 +61,7 @@ export function stampMessage(routingKey: string, payload: unknown, options: Publ
     contentType: 'application/json',
     persistent: true,
     timestamp: Math.floor(occurredAt.getTime() / 1000),
-    headers: { ...options.headers, [HEADER.occurredAt]: occurredAt.toISOString() },
+    headers: stampTrace({ ...options.headers, [HEADER.occurredAt]: occurredAt.toISOString() }, traceContext),
   };
   if (options.correlationId !== undefined) properties.correlationId = options.correlationId;
   if (options.type !== undefined) properties.type = options.type;
