@@ -68,6 +68,9 @@ export class PostgresIdempotencyGuard<C extends PgClient> implements StoreGuard<
           } catch (error) {
             tx.close(new TransactionClosedError('postgres', `The handler of message '${messageId}' (consumer '${consumer}') used its \`tx\` after its transaction was rolled back (${error instanceof Error ? error.message : String(error)}); nothing it wrote is kept.`));
             if (signal?.aborted === true && error === signal.reason) throw new AbandonTransaction(error, inFlight > 0 || untracked);
+            // A handler that failed with a query of its still running: a ROLLBACK would
+            // wait behind that query, with the transaction's locks, for as long as it runs.
+            if (inFlight > 0) throw new AbandonTransaction(error, true);
             throw error;
           }
           tx.close(new TransactionClosedError('postgres', `The handler of message '${messageId}' (consumer '${consumer}') used its \`tx\` after it returned and the transaction had ended: use \`tx\` only while the handler runs.`));
