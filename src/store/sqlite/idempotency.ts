@@ -31,7 +31,7 @@ export class SqliteIdempotencyGuard<DB extends SqliteDatabase> implements StoreG
         // Iterators the handler left open keep the connection busy: ROLLBACK and COMMIT
         // would fail on it, and the next transaction could not begin.
         const iterators = new Set<Iterator<unknown>>();
-        const tx = closableHandle(db, { wrap: (method, result, guard) => (method === 'prepare' ? closableStatement(result as object, guard, iterators) : result) });
+        const tx: { handle: DB; close(error: Error): void } = closableHandle(db, { wrap: (method, result, guard): unknown => (method === 'prepare' ? closableStatement(result as object, guard, iterators, () => tx.handle) : result) });
         const close = (error: TransactionClosedError) => {
           tx.close(error);
           for (const iterator of iterators) {
@@ -65,12 +65,18 @@ export class SqliteIdempotencyGuard<DB extends SqliteDatabase> implements StoreG
 
 /**
  * A prepared statement whose every call fails once the handler's transaction has ended;
- * the iterators it makes (`iterate()`) are tracked in `iterators` until they finish.
+ * the iterators it makes (`iterate()`) are tracked in `iterators` until they finish, and
+ * its `database` is the handler's stand-in, not the connection.
  */
-function closableStatement(statement: object, guard: () => void, iterators: Set<Iterator<unknown>>): object {
-  return new Proxy(statement, {
-    get(t, prop) {
+function closableStatement(statement: object, guard: () => void, iterators: Set<Iterator<unknown>>, database: () => object): object {
+  // The proxy's target is an empty object of the statement's class, not the statement:
+  // its `database` is a read-only property a proxy of the statement would have to return as is.
+  const t = statement;
+  return new Proxy(Object.create(Object.getPrototypeOf(statement) as object | null) as object, {
+    get(_target, prop) {
       guard();
+      // The statement's `database` is the connection itself: hand out the stand-in.
+      if (prop === 'database') return database();
       const value: unknown = Reflect.get(t, prop, t);
       if (typeof value !== 'function') return value;
       const fn = value as (...args: unknown[]) => unknown;
@@ -80,6 +86,9 @@ function closableStatement(statement: object, guard: () => void, iterators: Set<
         if (result === t) return this;
         return prop === 'iterate' ? closableIterator(result as IterableIterator<unknown>, guard, iterators) : result;
       };
+    },
+    has(_target, prop) {
+      return Reflect.has(t, prop);
     },
   });
 }
