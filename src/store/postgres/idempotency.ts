@@ -47,6 +47,9 @@ export class PostgresIdempotencyGuard<C extends PgClient> implements StoreGuard<
           if (!row.locked) throw new StoreBusyError(`another delivery of message '${messageId}' to consumer '${consumer}' is still running (its idempotency marker is taken); held and tried again`);
           if (row.inserted === 0) throw new Rollback('duplicate' as const);
           let inFlight = 0;
+          // A query given a callback, or a submittable (a cursor, a stream), returns no
+          // promise: there is no telling when it ends, so it counts as running.
+          let untracked = false;
           const settled = () => void inFlight--;
           const tx = closableHandle(client, {
             onCall: (result) => {
@@ -55,12 +58,19 @@ export class PostgresIdempotencyGuard<C extends PgClient> implements StoreGuard<
                 result.then(settled, settled);
               }
             },
+            wrap: (method, result) => {
+              if (method === 'query' && !(result instanceof Promise)) untracked = true;
+              return result;
+            },
           });
           try {
             await untilAborted(work(tx.handle), signal);
           } catch (error) {
             tx.close(new TransactionClosedError('postgres', `The handler of message '${messageId}' (consumer '${consumer}') used its \`tx\` after its transaction was rolled back (${error instanceof Error ? error.message : String(error)}); nothing it wrote is kept.`));
-            if (signal?.aborted === true && error === signal.reason) throw new AbandonTransaction(error, inFlight > 0);
+            if (signal?.aborted === true && error === signal.reason) throw new AbandonTransaction(error, inFlight > 0 || untracked);
+            // A handler that failed with a query of its still running: a ROLLBACK would
+            // wait behind that query, with the transaction's locks, for as long as it runs.
+            if (inFlight > 0) throw new AbandonTransaction(error, true);
             throw error;
           }
           tx.close(new TransactionClosedError('postgres', `The handler of message '${messageId}' (consumer '${consumer}') used its \`tx\` after it returned and the transaction had ended: use \`tx\` only while the handler runs.`));

@@ -20,8 +20,10 @@ export class PostgresOutbox<C extends PgClient> implements Outbox<C> {
     // The transaction takes its id (pg_current_xact_id) before the row takes its id from
     // the sequence: a relay that sees a gap in row ids then finds the gap's transaction
     // among those in progress, and holds the rows behind it until that one has ended.
+    // A one-time filter, evaluated before the row's projection (and its nextval): an
+    // unused subquery column would be planned away and the id taken first.
     const insert = `INSERT INTO ${t} (message_id, exchange, routing_key, content, properties)
-      SELECT $1, $2, $3, $4, $5::jsonb FROM (SELECT pg_current_xact_id()) AS x RETURNING id::text AS id`;
+      SELECT $1, $2, $3, $4, $5::jsonb WHERE pg_current_xact_id() IS NOT NULL RETURNING id::text AS id`;
     const values: unknown[] = [r.messageId, r.exchange, r.routingKey, r.content, r.properties];
     // One round trip: the insert and its notification in one statement.
     const sql = this.store.channel === undefined ? insert : `WITH ins AS (${insert}) SELECT ins.id, pg_notify($6, '') FROM ins`;

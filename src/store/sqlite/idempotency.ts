@@ -28,14 +28,28 @@ export class SqliteIdempotencyGuard<DB extends SqliteDatabase> implements StoreG
       const outcome = await this.store.write(async (db) => {
         const { changes } = this.store.statement(db, insert).run(messageId, consumer, Date.now());
         if (Number(changes) === 0) throw new Rollback('duplicate' as const);
-        const tx = closableHandle(db, { wrap: (method, result, guard) => (method === 'prepare' ? closableStatement(result as object, guard) : result) });
+        // Iterators the handler left open keep the connection busy: ROLLBACK and COMMIT
+        // would fail on it, and the next transaction could not begin.
+        const iterators = new Set<Iterator<unknown>>();
+        const tx: { handle: DB; close(error: Error): void } = closableHandle(db, { wrap: (method, result, guard): unknown => (method === 'prepare' ? closableStatement(result as object, guard, iterators, () => tx.handle) : result) });
+        const close = (error: TransactionClosedError) => {
+          tx.close(error);
+          for (const iterator of iterators) {
+            try {
+              iterator.return?.();
+            } catch {
+              // Ended already; the ROLLBACK or COMMIT reports a connection still busy.
+            }
+          }
+          iterators.clear();
+        };
         try {
           await untilAborted(work(tx.handle), signal);
         } catch (error) {
-          tx.close(new TransactionClosedError('sqlite', `The handler of message '${messageId}' (consumer '${consumer}') used its \`tx\` after its transaction was rolled back (${error instanceof Error ? error.message : String(error)}); nothing it wrote is kept.`));
+          close(new TransactionClosedError('sqlite', `The handler of message '${messageId}' (consumer '${consumer}') used its \`tx\` after its transaction was rolled back (${error instanceof Error ? error.message : String(error)}); nothing it wrote is kept.`));
           throw error;
         }
-        tx.close(new TransactionClosedError('sqlite', `The handler of message '${messageId}' (consumer '${consumer}') used its \`tx\` after it returned and the transaction had ended: use \`tx\` only while the handler runs.`));
+        close(new TransactionClosedError('sqlite', `The handler of message '${messageId}' (consumer '${consumer}') used its \`tx\` after it returned and the transaction had ended: use \`tx\` only while the handler runs.`));
         return 'done' as const;
       }, 'run an idempotent handler');
       this.stats[outcome]++;
@@ -49,19 +63,53 @@ export class SqliteIdempotencyGuard<DB extends SqliteDatabase> implements StoreG
   }
 }
 
-/** A prepared statement whose every call fails once the handler's transaction has ended. */
-function closableStatement(statement: object, guard: () => void): object {
-  return new Proxy(statement, {
-    get(t, prop) {
+/**
+ * A prepared statement whose every call fails once the handler's transaction has ended;
+ * the iterators it makes (`iterate()`) are tracked in `iterators` until they finish, and
+ * its `database` is the handler's stand-in, not the connection.
+ */
+function closableStatement(statement: object, guard: () => void, iterators: Set<Iterator<unknown>>, database: () => object): object {
+  // The proxy's target is an empty object of the statement's class, not the statement:
+  // its `database` is a read-only property a proxy of the statement would have to return as is.
+  const t = statement;
+  return new Proxy(Object.create(Object.getPrototypeOf(statement) as object | null) as object, {
+    get(_target, prop) {
       guard();
+      // The statement's `database` is the connection itself: hand out the stand-in.
+      if (prop === 'database') return database();
       const value: unknown = Reflect.get(t, prop, t);
       if (typeof value !== 'function') return value;
       const fn = value as (...args: unknown[]) => unknown;
       return function (this: unknown, ...args: unknown[]) {
         guard();
         const result = fn.apply(t, args);
-        return result === t ? this : result;
+        if (result === t) return this;
+        return prop === 'iterate' ? closableIterator(result as IterableIterator<unknown>, guard, iterators) : result;
       };
     },
+    has(_target, prop) {
+      return Reflect.has(t, prop);
+    },
   });
+}
+
+/** An iterator of a handler's statement: tracked while open, and failing once the transaction has ended. */
+function closableIterator(iterator: IterableIterator<unknown>, guard: () => void, iterators: Set<Iterator<unknown>>): IterableIterator<unknown> {
+  iterators.add(iterator);
+  const wrapped: IterableIterator<unknown> = {
+    next(...args: [] | [unknown]) {
+      guard();
+      const step = iterator.next(...args);
+      if (step.done === true) iterators.delete(iterator);
+      return step;
+    },
+    return(value?: unknown) {
+      iterators.delete(iterator);
+      return iterator.return?.(value) ?? { done: true, value };
+    },
+    [Symbol.iterator]() {
+      return wrapped;
+    },
+  };
+  return wrapped;
 }
