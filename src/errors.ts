@@ -209,12 +209,23 @@ export class PermanentError extends WarrenError {
   }
 }
 
-/** A handler ran longer than its `timeoutMs`; counted as a transient failure. */
+/**
+ * A handler (or an asynchronous schema's `validate`, which has the same time) ran longer
+ * than its `timeoutMs`; counted as a transient failure.
+ */
 export class HandlerTimeoutError extends WarrenError {
   readonly timeoutMs: number;
-  constructor(consumer: string, timeoutMs: number) {
-    super('HANDLER_TIMEOUT', `Handler of consumer '${consumer}' did not settle within ${timeoutMs} ms; counted as a transient failure. Raise \`timeoutMs\` if the work is legitimately slow.`);
+  /** What did not settle: the handler, or the consumer's schema. */
+  readonly part: 'handler' | 'schema';
+  constructor(consumer: string, timeoutMs: number, part: 'handler' | 'schema' = 'handler') {
+    super(
+      'HANDLER_TIMEOUT',
+      part === 'handler'
+        ? `Handler of consumer '${consumer}' did not settle within ${timeoutMs} ms; counted as a transient failure. Raise \`timeoutMs\` if the work is legitimately slow.`
+        : `The schema of consumer '${consumer}' did not finish validating within ${timeoutMs} ms; counted as a transient failure. Make its validate settle (an asynchronous check that waits on something), or raise \`timeoutMs\`.`,
+    );
     this.timeoutMs = timeoutMs;
+    this.part = part;
   }
 }
 

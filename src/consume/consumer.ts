@@ -600,8 +600,10 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   private async validate(schema: NonNullable<ConsumerOptions<T, Tx>['schema']>, value: unknown): Promise<T> {
     let result: Awaited<ReturnType<typeof schema['~standard']['validate']>>;
     try {
-      result = await schema['~standard'].validate(value);
+      const pending = schema['~standard'].validate(value);
+      result = pending instanceof Promise ? await this.withinTimeout(pending) : pending;
     } catch (error) {
+      if (error instanceof HandlerTimeoutError) throw error; // transient: the ladder takes it
       throw new ParkNow('invalid-payload', new InvalidPayloadError(`The schema threw instead of returning issues (${errorText(error)}); the payload is treated as invalid. Fix the schema so it returns issues for any value, then replay.`, [], { cause: error }));
     }
     if (typeof result !== 'object' || result === null) {
@@ -612,6 +614,20 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       throw new ParkNow('invalid-payload', new InvalidPayloadError(`The payload does not match the schema: ${issues.slice(0, 10).join('; ')}`, issues));
     }
     return result.value;
+  }
+
+  /**
+   * An asynchronous validate gets the handler's time: one that never settles would hold
+   * the delivery until the broker's consumer timeout.
+   */
+  private withinTimeout<R>(pending: Promise<R>): Promise<R> {
+    return new Promise<R>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new HandlerTimeoutError(this.name, this.timeoutMs, 'schema')), this.timeoutMs);
+      pending.then(
+        (value) => { clearTimeout(timer); resolve(value); },
+        (error: unknown) => { clearTimeout(timer); reject(error); },
+      );
+    });
   }
 
   private async runHandler(d: Delivery, payload: T, messageId: string | undefined, headers: Record<string, unknown>, failed: number): Promise<void> {

@@ -7,13 +7,10 @@ import { describe, expect, it } from 'vitest';
 import { connectWarren, testTopology, waitFor } from '../helpers.js';
 
 describe('breaker: a schema whose validate never settles', () => {
-  // Fails today: the delivery sits in flight forever (until the broker's consumer
-  // timeout, 30 min, closes the channel and takes back every delivery on it; the
-  // redelivery is then noted as a blip and the same thing happens again). Suggested
-  // fix: start the run's clock before decoding (or race validate() against
-  // `timeoutMs`) and park as invalid-payload / retry on timeout.
-  it.fails('the delivery reaches an outcome within the handler timeout', async () => {
-    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('schemahang')]: { bindings: ['x'] } } }));
+  // Without a bound the delivery would sit in flight until the broker's consumer timeout
+  // (30 min). validate() gets the handler's timeoutMs and a timeout is a transient failure.
+  it('the delivery reaches an outcome within the handler timeout: retried, then parked at the cap', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('schemahang')]: { bindings: ['x'], retry: { delays: ['20ms'], maxAttempts: 2 } } } }));
     const c = [...topology.consumers.values()][0]!;
     const warren = await connectWarren(topology);
     const outcomes: string[] = [];
@@ -21,7 +18,8 @@ describe('breaker: a schema whose validate never settles', () => {
     const consumer = await warren.consume(c.name, async () => undefined, { schema, timeoutMs: 200, onOutcome: (o) => void outcomes.push(o.kind) });
     await warren.publish('x', { n: 1 });
     await waitFor(() => consumer.stats.inFlight === 1, 'the delivery to start');
-    await waitFor(() => outcomes.length === 1, 'an outcome for the delivery', 5_000);
-    expect(consumer.stats.inFlight).toBe(0);
+    await waitFor(() => outcomes.length === 2, 'a retry, then parking at the cap', 10_000);
+    expect(outcomes).toEqual(['retried', 'parked']);
+    await waitFor(() => consumer.stats.inFlight === 0, 'the consumer to be idle');
   });
 });
