@@ -133,15 +133,26 @@ export class PublishNackedError extends WarrenError {
  */
 export class PublishNotConfirmedError extends WarrenError {
   readonly messageId: string | undefined;
-  constructor(messageId: string | undefined, reason: string, options?: { cause?: unknown }) {
+  /**
+   * Set when the publish was given up at `confirmTimeoutMs` while its channel stayed
+   * open: the broker's answer may still come, and this settles with it (`lost` if the
+   * channel closes first). A caller that must not write a second copy while the first
+   * may still land (warren's own moves) waits for it before publishing again.
+   */
+  readonly late: Promise<LateAnswer> | undefined;
+  constructor(messageId: string | undefined, reason: string, options?: { cause?: unknown; late?: Promise<LateAnswer> }) {
     super(
       'PUBLISH_NOT_CONFIRMED',
       `Message ${messageId ?? '(no id)'} was not confirmed: ${reason}. It may or may not have reached the broker; publish it again with the same id.`,
-      options,
+      options?.cause === undefined ? undefined : { cause: options.cause },
     );
     this.messageId = messageId;
+    this.late = options?.late;
   }
 }
+
+/** The broker's answer to a publish that came after it was given up. */
+export type LateAnswer = 'confirmed' | 'nacked' | 'returned' | 'lost';
 
 /**
  * A publish was given up before it was written to the connection (no slot, a socket

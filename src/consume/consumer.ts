@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type * as amqp from 'amqplib';
-import { ClosedError, HandlerTimeoutError, InvalidOptionError, InvalidPayloadError, UnroutableError, WarrenError } from '../errors.js';
+import { ClosedError, HandlerTimeoutError, InvalidOptionError, InvalidPayloadError, PublishNotConfirmedError, UnroutableError, WarrenError, type LateAnswer } from '../errors.js';
 import { HEADER, MAX_HEADER_TABLE_BYTES, MAX_NAME_BYTES, type ParkReason } from '../headers.js';
 import { toLogger, type Logger } from '../logger.js';
 import type { BrokerConnection } from '../connection/index.js';
@@ -894,15 +894,31 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
         this.requeue(d);
         return false;
       }
-      try {
-        await this.publisher.send({ exchange: '', routingKey: target, content: d.msg.content, properties: copyProperties(d.msg, table) });
+      const landed = (): boolean => {
         const acked = this.ack(d);
         if (!minimal) return acked;
         // Parked instead of moved as asked: counted here, and the caller's outcome is not.
         if (acked) this.count({ kind: 'parked', messageId: d.msg.properties.messageId as string | undefined, reason: String(table[HEADER.parkedReason]), attempts: fate.attempts, error: fate.failure }, d);
         return false;
+      };
+      try {
+        await this.publisher.send({ exchange: '', routingKey: target, content: d.msg.content, properties: copyProperties(d.msg, table) });
+        return landed();
       } catch (error) {
         if (error instanceof ClosedError) return false;
+        if (error instanceof PublishNotConfirmedError && error.late !== undefined) {
+          // The copy was written and its channel is open: it may still land. Writing
+          // another now would add a copy per timeout for as long as the broker is slow,
+          // so wait for the broker's answer (bounded by the move's give-up time).
+          this.logger.warn('no confirm yet for a moved copy; waiting for the broker\'s answer before writing another', { consumer: this.name, queue: target, attempt, messageId: d.msg.properties.messageId as string | undefined });
+          const answer = await lateAnswer(error.late, giveUpAt - Date.now());
+          if (answer === 'confirmed') {
+            if (this.channel !== d.ch) return false; // its channel is gone: the broker redelivers it (a duplicate at most)
+            return landed();
+          }
+          if (answer === 'timeout') continue;
+          // Nacked, lost with its channel, or returned: the copy is not there; write it again.
+        }
         if (isEncodingError(error)) {
           if (minimal) throw error; // the last resort nacks it
           fallBack(errorText(error));
@@ -985,4 +1001,15 @@ class StoreOutage extends Error {
 function firstLine(message: string): string {
   const line = message.split('\n', 1)[0] ?? '';
   return line.length > 200 ? `${line.slice(0, 199)}…` : line;
+}
+
+/** The broker's late answer to a copy, or 'timeout' after `ms`. */
+function lateAnswer(late: Promise<LateAnswer>, ms: number): Promise<LateAnswer | 'timeout'> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve('timeout'), Math.max(0, ms));
+    void late.then((answer) => {
+      clearTimeout(timer);
+      resolve(answer);
+    });
+  });
 }

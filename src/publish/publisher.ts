@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events';
 import type * as amqp from 'amqplib';
-import { ClosedError, InvalidOptionError, PublishNackedError, PublishNotConfirmedError, PublishNotSentError, UnroutableError } from '../errors.js';
+import { ClosedError, InvalidOptionError, PublishNackedError, PublishNotConfirmedError, PublishNotSentError, UnroutableError, type LateAnswer } from '../errors.js';
 import { toLogger, type Logger } from '../logger.js';
 import type { BrokerConnection } from '../connection/index.js';
 import { stampMessage, type PublishOptions } from './stamp.js';
@@ -60,6 +60,8 @@ interface Pending {
   /** When it was written (Date.now()), for the confirm latency in `settled`. */
   readonly sentAt: number;
   returned?: string;
+  /** Set when the deadline gave it up: takes the broker's answer if it still comes. */
+  late?: (answer: LateAnswer) => void;
   settle(error?: Error): void;
 }
 
@@ -180,7 +182,8 @@ export class Publisher extends EventEmitter {
       for (const entry of [...list]) {
         if (entry.deadline <= now) {
           const why = blocked === undefined ? 'it may be blocked by a memory or disk alarm' : `the broker blocked publishing on this connection: ${blocked}`;
-          entry.settle(new PublishNotConfirmedError(entry.messageId, `no confirm from the broker within ${this.confirmTimeoutMs} ms (${why})`));
+          const late = new Promise<LateAnswer>((r) => (entry.late = r));
+          entry.settle(new PublishNotConfirmedError(entry.messageId, `no confirm from the broker within ${this.confirmTimeoutMs} ms (${why})`, { late }));
         }
       }
     }
@@ -371,8 +374,9 @@ export class Publisher extends EventEmitter {
       let writable: boolean;
       try {
         writable = ch.publish(message.exchange, message.routingKey, message.content, { ...message.properties, mandatory: true }, (err: unknown) => {
+          const closed = err ? /closed/i.test(err instanceof Error ? err.message : String(err)) : false;
+          entry.late?.(err ? (closed ? 'lost' : 'nacked') : entry.returned !== undefined ? 'returned' : 'confirmed');
           if (err) {
-            const closed = /closed/i.test(err instanceof Error ? err.message : String(err));
             const why = this.closeReasons.get(ch);
             entry.settle(closed ? new PublishNotConfirmedError(messageId, `the channel closed before the broker confirmed${why ? ` (${why})` : ''}`, { cause: err }) : new PublishNackedError(messageId, { cause: err }));
           } else if (entry.returned !== undefined) {
