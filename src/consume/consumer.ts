@@ -414,12 +414,16 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     this.pump();
   }
 
-  private requeue(d: Delivery): void {
+  /**
+   * Nacks with requeue. `asBlip`: its redelivery is no death (a message never started);
+   * otherwise (a move that kept failing, a failure path that threw) the crash-loop guard
+   * counts it, so a message that can never be moved is not run again without end.
+   */
+  private requeue(d: Delivery, asBlip = true): void {
     try {
       d.ch.nack(d.msg, false, true);
       d.settled = true;
-      // Its redelivery is no death; this process put it back itself.
-      this.remember(d.msg);
+      if (asBlip) this.remember(d.msg);
       this.count({ kind: 'requeued', messageId: d.msg.properties.messageId as string | undefined }, d);
     } catch {
       // The channel is gone; the broker requeues the message itself.
@@ -546,7 +550,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     } catch (error) {
       if (d.settled || this.channel !== d.ch) return;
       this.logger.error('could not park a message whose failure path threw; nacked with requeue, so it will be delivered again', { consumer: this.name, messageId, error: errorText(error) });
-      this.requeue(d);
+      this.requeue(d, false);
     }
   }
 
@@ -891,7 +895,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
         // Bounded: well before the broker's consumer timeout (30 min) closes the channel
         // and takes every other delivery on it back too.
         this.logger.error(`could not move a message for ${MOVE_GIVE_UP_MS / 60_000} minutes; nacked with requeue, so it will be delivered again`, { consumer: this.name, queue: target, messageId: d.msg.properties.messageId as string | undefined });
-        this.requeue(d);
+        this.requeue(d, false);
         return false;
       }
       const landed = (): boolean => {
