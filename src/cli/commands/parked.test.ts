@@ -178,17 +178,33 @@ function killer() {
   };
 }
 
-/** Closes the child's AMQP connection through the management API, as an operator (or the broker) would. */
+/**
+ * Closes the child's AMQP connection through the management API, as an operator (or the
+ * broker) would. The child is stopped meanwhile: a new connection shows in the management
+ * API only after its statistics tick, and a quick command would finish before the close.
+ */
 async function closeConnectionOf(child: ChildProcess): Promise<void> {
+  child.kill('SIGSTOP');
+  try {
+    await closeConnectionNow(child);
+  } finally {
+    child.kill('SIGCONT');
+  }
+}
+
+async function closeConnectionNow(child: ChildProcess): Promise<void> {
   const { base, auth } = mgmtApi();
-  for (let tries = 0; tries < 200; tries++) {
+  for (let tries = 0; tries < 1000; tries++) {
     const ports = await localPorts(child.pid as number);
     const res = await fetch(`${base}/api/connections?columns=name,peer_port`, { headers: { authorization: auth } });
     const connections = (await res.json()) as Array<{ name: string; peer_port: number }>;
-    const ours = connections.find((c) => ports.has(c.peer_port));
-    if (ours) {
-      const del = await fetch(`${base}/api/connections/${encodeURIComponent(ours.name)}`, { method: 'DELETE', headers: { authorization: auth, 'x-reason': 'closed by a test' } });
-      expect(del.status).toBeLessThan(300);
+    // Every connection the command has (it may publish on one and read on another).
+    const ours = connections.filter((c) => ports.has(c.peer_port));
+    if (ours.length > 0) {
+      for (const c of ours) {
+        const del = await fetch(`${base}/api/connections/${encodeURIComponent(c.name)}`, { method: 'DELETE', headers: { authorization: auth, 'x-reason': 'closed by a test' } });
+        expect(del.status).toBeLessThan(300);
+      }
       return;
     }
     await new Promise((r) => setTimeout(r, 20));
