@@ -62,8 +62,10 @@ export interface OutboxRelayOptions {
    * SQLite only: how long claimed rows stay reserved for a relay past its last renewal.
    * The relay renews the lease every third of it while it publishes, so a slow publish
    * (a confirm can take the publisher's `confirmTimeoutMs`) keeps its rows; if the relay
-   * dies between publishing and marking, another relay publishes them again once the
-   * lease runs out (a duplicate, never a loss). On PostgreSQL the claim is a row lock
+   * dies between publishing and marking, another relay publishes them again once it
+   * has seen the lease expired, unrenewed, for a further `leaseMs` (a renewal may be
+   * stuck behind another process's long write transaction, so an expired lease alone
+   * does not prove its relay gone): a duplicate, never a loss. On PostgreSQL the claim is a row lock
    * that ends with the relay's connection.
    * @default 30000
    */

@@ -298,7 +298,9 @@ describe.each(BACKENDS)('outbox relay: %s', (backend) => {
     expect(publishedByChild.length).toBeGreaterThanOrEqual(3);
     // Nothing was marked: the kill came before the mark.
     expect((await store.outbox.lag()).pending).toBe(10);
-    const relay = store.relay({ publisher: warren.publisher, exchange: topology.exchange, pollMs: 20 });
+    // The same leaseMs as the dead relay's: a relay takes rows over once it has seen their
+    // lease expired for a further leaseMs of its own.
+    const relay = store.relay({ publisher: warren.publisher, exchange: topology.exchange, pollMs: 20, leaseMs: 300 });
     await relay.start();
     onTeardown(() => relay.stop());
     await waitFor(async () => (await relay.lag()).pending === 0, 'a fresh relay to publish the rest', 15_000);

@@ -9,22 +9,23 @@
  * goes round retry tier -> busy -> retry tier with no outcome and no attempt counted:
  * nothing parks it, nothing reports it but a warning per round.
  *
- * Left failing (`it.fails`): suggested fix, the guard bounds its own transaction's idle
- * time, e.g. `SET LOCAL idle_in_transaction_session_timeout = …` in the BEGIN round trip
- * (above the handler's `timeoutMs`, which a live process enforces itself), and/or sets
- * `tcp_keepalives_idle`/`_interval`/`_count` on the store's connections, so a dead
- * process's lock goes within a bound.
+ * The guard bounds its own transaction's idle time: `SET LOCAL
+ * idle_in_transaction_session_timeout` in the BEGIN round trip (`idleInTransactionTimeoutMs`,
+ * 10 minutes by default, well above the handler's `timeoutMs`, which a live process
+ * enforces itself). PostgreSQL then ends the frozen twin's session, its lock goes, and
+ * the copy runs. The test shortens the bound to 1 s on the frozen process's guard.
  */
 import { describe, expect, it } from 'vitest';
 import type { TopologyOptions } from '../../src/index.js';
+import type { PostgresStore } from '../../src/store/postgres/index.js';
 import { harness } from '../../src/store/testing/harness.js';
 import { connectWarren, onTeardown, testTopology, waitFor } from '../helpers.js';
 
 describe('PostgreSQL guard: the twin is a frozen process idle in transaction', () => {
-  it.fails('the copy reaches an outcome within a bound', async () => {
+  it('the copy reaches an outcome within a bound', async () => {
     const h = await harness('postgres');
     // Process A: took the message, then froze inside its handler (its timer never fires).
-    const frozen = h.store();
+    const frozen = h.store() as unknown as PostgresStore;
     await frozen.migrate();
     let consumer!: string;
     const topology = testTopology(({ exchange, name }): TopologyOptions => {
@@ -36,7 +37,7 @@ describe('PostgreSQL guard: the twin is a frozen process idle in transaction', (
     let entered = false;
     let thaw!: () => void;
     const ice = new Promise<void>((r) => (thaw = r));
-    const twin = frozen.idempotency().run(messageId, consumer, async () => {
+    const twin = frozen.idempotency({ idleInTransactionTimeoutMs: 1000 }).run(messageId, consumer, async () => {
       entered = true;
       await ice;
       throw new Error('thawed after the test');

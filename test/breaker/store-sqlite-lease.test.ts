@@ -8,12 +8,12 @@
  * lease expired and publishes the rows the first relay is still publishing: the same
  * rows go out twice at the same time (and, in strict order, two relays interleave).
  *
- * Left failing (`it.fails`): the fix is a design decision, see the report. Suggested: a
- * lease that cannot lapse while its owner is merely waiting for the lock (e.g. take over
- * only rows whose lease expired more than the longest write transaction ago, or a
- * default `leaseMs` above the handlers' `timeoutMs`, checked against it), or document
- * that `leaseMs` must exceed the longest write transaction any process holds on the file.
+ * Fixed: a relay takes rows over only once it has seen their lease expired, unchanged,
+ * for a further `leaseMs` since its first sighting (made at a claim, after which the
+ * write lock is free for the owner's renewal). The second test checks that rows of a
+ * relay that really stopped still go out again, after that wait.
  */
+import Database from 'better-sqlite3';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -23,7 +23,7 @@ import { sqliteStore, type SqliteDatabase } from '../../src/store/sqlite/index.j
 import { onTeardown, waitFor } from '../helpers.js';
 
 describe('SQLite relay lease', () => {
-  it.fails('a second relay does not take rows the first is still publishing while a long write transaction blocks its renewals', async () => {
+  it('a second relay does not take rows the first is still publishing while a long write transaction blocks its renewals', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'warren-lease-'));
     onTeardown(async () => rmSync(dir, { recursive: true, force: true }));
     const file = join(dir, 'w.db');
@@ -51,5 +51,26 @@ describe('SQLite relay lease', () => {
     await passA;
     expect(b1.claimed).toBe(0);
     expect(sends).toEqual(['a:row.1']);
+  });
+
+  it('rows of a relay that stopped renewing go out again once their lease has been seen expired for another leaseMs', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'warren-lease-'));
+    onTeardown(async () => rmSync(dir, { recursive: true, force: true }));
+    const file = join(dir, 'w.db');
+    const b = sqliteStore<SqliteDatabase>({ filename: file, pruneIntervalMs: 0 });
+    onTeardown(() => b.close());
+    await b.migrate();
+    await b.transaction((tx) => b.outbox.add(tx, 'row.1', {}));
+    // A relay claimed the row and died: its lease ran out a moment ago.
+    const db = new Database(file);
+    db.prepare(`UPDATE ${b.tables.outbox} SET lease_owner = 'gone', lease_until = ?`).run(Date.now() - 1);
+    db.close();
+    const sends: string[] = [];
+    const relayB = b.relay({ exchange: 'x', leaseMs: 200, publisher: { send: async (m: OutgoingMessage) => void sends.push(m.routingKey) } });
+    const firstSeen = Date.now();
+    expect((await relayB.runOnce()).claimed).toBe(0);
+    await waitFor(async () => (await relayB.runOnce()).claimed === 1, 'the row to be taken over');
+    expect(Date.now() - firstSeen).toBeGreaterThanOrEqual(200);
+    expect(sends).toEqual(['row.1']);
   });
 });

@@ -1,5 +1,6 @@
 import { StoreError, StoreUnavailableError } from '../../errors.js';
 import type { GuardStats, StoreGuard } from '../index.js';
+import { checkInt } from '../options.js';
 import { closableHandle, Rollback, StoreBusyError, TransactionClosedError, untilAborted } from '../transaction.js';
 import type { PgClient } from './driver.js';
 import { AbandonTransaction, type PostgresInternals } from './index.js';
@@ -20,11 +21,25 @@ import { AbandonTransaction, type PostgresInternals } from './index.js';
  * `timeoutMs`) the connection is discarded at once, whether or not the handler settles,
  * so PostgreSQL rolls the transaction back and its locks go (a query still running on it
  * is cancelled); every later use of that `tx` throws {@link TransactionClosedError}.
+ *
+ * A process that cannot enforce its own timeout (frozen, paused, or cut off from the
+ * database without a FIN or RST) would keep its connection idle in transaction, with the
+ * advisory lock, until TCP keepalive gives up (hours): its twins would be held busy all
+ * that time, with no attempt counted. So the guard's transaction sets
+ * `idle_in_transaction_session_timeout` for itself (`idleInTransactionTimeoutMs`, in the
+ * BEGIN round trip): PostgreSQL ends a session that stays idle inside it longer than
+ * that, rolls it back and frees the lock, and the held copy then runs (or is a duplicate).
  */
 export class PostgresIdempotencyGuard<C extends PgClient> implements StoreGuard<C> {
   readonly stats: GuardStats = { done: 0, duplicate: 0, failed: 0, unavailable: 0, busy: 0 };
+  private readonly idleInTransactionTimeoutMs: number;
 
-  constructor(private readonly store: PostgresInternals<C>) {}
+  constructor(
+    private readonly store: PostgresInternals<C>,
+    options: PostgresGuardOptions = {},
+  ) {
+    this.idleInTransactionTimeoutMs = checkInt(options.idleInTransactionTimeoutMs, GUARD_IDLE_IN_TRANSACTION_TIMEOUT_MS, 'idleInTransactionTimeoutMs', 0, 2 ** 31 - 1);
+  }
 
   async run(messageId: string, consumer: string, work: (tx: C) => Promise<void>, signal?: AbortSignal): Promise<'done' | 'duplicate'> {
     if (signal?.aborted) throw signal.reason;
@@ -35,6 +50,7 @@ export class PostgresIdempotencyGuard<C extends PgClient> implements StoreGuard<
     const insert = `WITH lock AS (SELECT pg_try_advisory_xact_lock(hashtextextended(${key}, 0)) AS ok),
       ins AS (INSERT INTO ${table} (message_id, consumer) SELECT ${sqlLiteral(messageId)}, ${sqlLiteral(consumer)} FROM lock WHERE lock.ok ON CONFLICT DO NOTHING RETURNING 1)
       SELECT (SELECT ok FROM lock) AS locked, (SELECT count(*) FROM ins)::int AS inserted`;
+    const idle = this.idleInTransactionTimeoutMs === 0 ? '' : `SET LOCAL idle_in_transaction_session_timeout = ${this.idleInTransactionTimeoutMs}; `;
     try {
       const outcome = await this.store.transaction(
         async (client, first) => {
@@ -77,7 +93,7 @@ export class PostgresIdempotencyGuard<C extends PgClient> implements StoreGuard<
           return 'done' as const;
         },
         'run an idempotent handler',
-        insert,
+        idle + insert,
       );
       this.stats[outcome]++;
       return outcome;
@@ -88,6 +104,24 @@ export class PostgresIdempotencyGuard<C extends PgClient> implements StoreGuard<
       throw error;
     }
   }
+}
+
+/** Default of {@link PostgresGuardOptions.idleInTransactionTimeoutMs}: 10 minutes. */
+export const GUARD_IDLE_IN_TRANSACTION_TIMEOUT_MS = 10 * 60 * 1000;
+
+/** Options of the PostgreSQL store's `idempotency(options)`. */
+export interface PostgresGuardOptions {
+  /**
+   * PostgreSQL ends a guarded transaction's session once it has been idle inside the
+   * transaction (no query running) this long, rolling it back: the bound on how long a
+   * frozen or vanished process keeps a message's marker lock, and so on how long its
+   * redelivered copy is held busy. Keep it well above the consumer's `timeoutMs` (a live
+   * process ends a handler's transaction itself at `timeoutMs`); a handler that idles
+   * longer than this between its queries loses its transaction (its next query fails and
+   * the message is retried). 0 leaves the server's own setting (off by default).
+   * @default 600000 (10 minutes)
+   */
+  idleInTransactionTimeoutMs?: number;
 }
 
 /**

@@ -11,7 +11,7 @@ import { pruneAll, PruneSchedule } from '../prune.js';
 import { Rollback, StoreBusyError } from '../transaction.js';
 import { createPool, type PgClient, type PgPool, type PgQueryResult } from './driver.js';
 import { isUnavailable, mapError } from './errors.js';
-import { PostgresIdempotencyGuard } from './idempotency.js';
+import { PostgresIdempotencyGuard, type PostgresGuardOptions } from './idempotency.js';
 import { applyMigrations, LATEST, schemaVersion } from './migrations.js';
 import { PostgresOutbox, PostgresRelayDriver } from './outbox.js';
 import { PostgresPruneDriver } from './prune.js';
@@ -19,7 +19,7 @@ import { PostgresRetryTableDriver } from './retry-table.js';
 import { RetryTable } from '../../retry-table/index.js';
 
 export type { PgClient, PgPool, PgQueryResult, PgNotification } from './driver.js';
-export { PostgresIdempotencyGuard } from './idempotency.js';
+export { PostgresIdempotencyGuard, GUARD_IDLE_IN_TRANSACTION_TIMEOUT_MS, type PostgresGuardOptions } from './idempotency.js';
 export { PostgresOutbox } from './outbox.js';
 
 /** Options of {@link postgresStore}. */
@@ -306,8 +306,12 @@ export class PostgresStore<C extends PgClient = PgClient> implements Store<C>, P
     });
   }
 
-  idempotency(): PostgresIdempotencyGuard<C> {
-    return new PostgresIdempotencyGuard<C>(this);
+  /**
+   * The guard; `idleInTransactionTimeoutMs` bounds how long a frozen process's guarded
+   * transaction keeps its lock (see {@link PostgresGuardOptions}).
+   */
+  idempotency(options?: PostgresGuardOptions): PostgresIdempotencyGuard<C> {
+    return new PostgresIdempotencyGuard<C>(this, options);
   }
 
   relay(options: OutboxRelayOptions): OutboxRelay {

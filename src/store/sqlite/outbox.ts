@@ -97,10 +97,21 @@ export class SqliteOutbox<DB extends SqliteDatabase> implements Outbox<DB> {
  * transaction, published outside it (so handlers' transactions are not held up by the
  * broker), and marked in a second one. A relay that dies in between leaves its lease to
  * expire; the rows then go out again: a duplicate, never a loss.
+ *
+ * An expired lease alone does not prove its owner gone: renewing it is a write, and
+ * waits for the file's write lock, which another process's transaction may hold for
+ * longer than the lease (a guarded handler, up to its `timeoutMs`). When that
+ * transaction commits, a relay queued behind it would find the lease expired while the
+ * owner still publishes. So a relay takes rows over only once it has seen their lease
+ * expired, unchanged, for a further `leaseMs`, measured from its first sighting at a
+ * claim (which held the write lock, so the lock was free again right after it): a live
+ * owner renews within that time unless the lock stays taken through all of it.
  */
 export class SqliteRelayDriver<DB extends SqliteDatabase> implements RelayDriver {
   readonly backend = 'sqlite' as const;
   readonly defaultPollMs = 100;
+  /** Rows of other relays whose lease this relay saw expired: the lease, and since when. */
+  private expiredSeen = new Map<number, { until: number; since: number }>();
 
   constructor(private readonly store: SqliteInternals<DB>) {}
 
@@ -108,13 +119,35 @@ export class SqliteRelayDriver<DB extends SqliteDatabase> implements RelayDriver
     const t = this.store.tables.outbox;
     const rows = await this.store.write((db) => {
       const now = Date.now();
-      if (claim.strictOrder) {
-        const other = this.store.statement(db, `SELECT 1 FROM ${t} WHERE sent_at IS NULL AND failed_at IS NULL AND lease_until > ? AND lease_owner <> ? LIMIT 1`).get(now, claim.relayId);
-        if (other !== undefined) return 'busy' as const;
+      // Rows another relay holds: a live lease, or one expired for less than `leaseMs`
+      // since this relay first saw it so.
+      const leased = this.store
+        .statement(db, `SELECT id, lease_until FROM ${t} WHERE sent_at IS NULL AND failed_at IS NULL AND lease_owner IS NOT NULL AND lease_owner <> ? AND lease_until IS NOT NULL`)
+        .all(claim.relayId) as Array<{ id: number | bigint; lease_until: number | bigint }>;
+      const held: number[] = [];
+      const seen = new Map<number, { until: number; since: number }>();
+      for (const r of leased) {
+        const id = Number(r.id);
+        const until = Number(r.lease_until);
+        if (until > now) {
+          held.push(id);
+          continue;
+        }
+        const before = this.expiredSeen.get(id);
+        const since = before !== undefined && before.until === until ? before.since : now;
+        seen.set(id, { until, since });
+        if (now - since < claim.leaseMs) held.push(id);
       }
+      this.expiredSeen = seen;
+      if (claim.strictOrder && held.length > 0) return 'busy' as const;
       const found = this.store
-        .statement(db, `SELECT id, message_id, exchange, routing_key, content, properties, attempts FROM ${t} WHERE sent_at IS NULL AND failed_at IS NULL AND (lease_until IS NULL OR lease_until <= ? OR lease_owner = ?) ORDER BY id LIMIT ?`)
-        .all(now, claim.relayId, claim.limit) as RowRecord[];
+        .statement(
+          db,
+          `SELECT id, message_id, exchange, routing_key, content, properties, attempts FROM ${t} WHERE sent_at IS NULL AND failed_at IS NULL AND (lease_until IS NULL OR lease_until <= ? OR lease_owner = ?) AND id NOT IN (SELECT value FROM json_each(?)) ORDER BY id LIMIT ?`,
+        )
+        .all(now, claim.relayId, JSON.stringify(held), claim.limit) as RowRecord[];
+      const taken = found.filter((r) => seen.has(Number(r.id)));
+      if (taken.length > 0) claim.logger.warn('outbox relay takes over rows whose lease expired and was not renewed for another leaseMs (their relay stopped); they go out again', { relayId: claim.relayId, rows: taken.length });
       if (found.length > 0) {
         this.store
           .statement(db, `UPDATE ${t} SET lease_owner = ?, lease_until = ? WHERE id IN (SELECT value FROM json_each(?))`)
