@@ -8,10 +8,5 @@ cd "$(dirname "$0")/.."
 say() { printf 'chaos: %s\n' "$*"; }
 # shellcheck source=scripts/lib.sh
 source scripts/lib.sh
-install_deps
-if [[ -d node_modules/better-sqlite3 ]] &&
-   ! node -e "new (require('better-sqlite3'))(':memory:').close()" 2>/dev/null; then
-  say "rebuilding better-sqlite3"
-  npm rebuild better-sqlite3
-fi
+install_deps_and_addons
 exec npx --no-install tsx chaos/run.ts "$@"

@@ -34,3 +34,16 @@ install_deps() {
   fi
   rm -f "$ci_log"
 }
+
+# Installs the npm dependencies when node_modules is missing, and rebuilds
+# better-sqlite3 when it does not load. It is a native addon built at install time
+# (package.json's allowScripts lets npm 11 run its build); a Node upgrade leaves
+# it unloadable.
+install_deps_and_addons() {
+  install_deps
+  if [[ -d node_modules/better-sqlite3 ]] &&
+     ! node -e "new (require('better-sqlite3'))(':memory:').close()" 2>/dev/null; then
+    say "rebuilding better-sqlite3"
+    npm rebuild better-sqlite3
+  fi
+}

@@ -18,7 +18,7 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
 fi
 # shellcheck source=scripts/lib.sh
 source scripts/lib.sh
-install_deps
+install_deps_and_addons
 
 # With systemd, the service manager owns the broker; in a container or a
 # chroot there is none, and the broker starts itself in the background.

@@ -31,15 +31,7 @@ done
 # --- dependencies ----------------------------------------------------------
 # shellcheck source=scripts/lib.sh
 source scripts/lib.sh
-install_deps
-# better-sqlite3 is a native addon built at install time (package.json's
-# allowScripts lets npm 11 run its build). Rebuild it if it does not load,
-# for instance after a Node upgrade.
-if [[ -d node_modules/better-sqlite3 ]] &&
-   ! node -e "new (require('better-sqlite3'))(':memory:').close()" 2>/dev/null; then
-  say "rebuilding better-sqlite3"
-  npm rebuild better-sqlite3
-fi
+install_deps_and_addons
 
 # --- services --------------------------------------------------------------
 # PostgreSQL (and the 3.10 broker) come from services.sh even when only 4.0
