@@ -42,7 +42,7 @@ interface FlaggedJson {
 
 interface StatusJson {
   ok: boolean;
-  problems: Array<{ consumer: string; message: string }>;
+  problems: Array<{ consumer: string; kind: string; message: string }>;
   database?: {
     outbox: { pending: number; oldestPendingAgeMs: number; failed: number };
     retryTable: { rows: number; due: number; paused: number; waiting: number; oldestDueAgeMs: number };
@@ -86,6 +86,7 @@ describe.each(BACKENDS)('warren status --db and warren outbox: %s', (backend) =>
     expect(s.database?.retryTable).toMatchObject({ rows: 1, due: 1, paused: 0, waiting: 0 });
     expect(s.database?.retryTable.oldestDueAgeMs).toBeGreaterThan(9 * 60_000);
     expect(s.database?.maxDueAgeMs).toBe(5 * 60_000);
+    expect(s.problems.filter((p) => p.consumer === 'database').map((p) => p.kind)).toEqual(['outbox-flagged', 'retry-overdue']);
     const messages = s.problems.map((p) => p.message).join('\n');
     expect(messages).toMatch(/1 outbox row is flagged/);
     expect(messages).toMatch(/oldest due retry-table row has been due for 10m/);

@@ -27,7 +27,13 @@ export interface DatabaseStatus {
   readonly outbox: OutboxLag;
   readonly retryTable: Omit<RetrySignals, 'byDependency'>;
   readonly maxDueAgeMs: number;
-  readonly problems: readonly string[];
+  readonly problems: readonly DatabaseProblem[];
+}
+
+/** `outbox-flagged`: outbox rows the relay could not publish; `retry-overdue`: a due retry-table row older than --max-due-age. */
+export interface DatabaseProblem {
+  readonly kind: 'outbox-flagged' | 'retry-overdue';
+  readonly message: string;
 }
 
 /** Reads the outbox and retry-table figures when --db (or WARREN_DB) is given; undefined otherwise. */
@@ -43,10 +49,10 @@ async function readDatabase(ctx: CommandContext): Promise<DatabaseStatus | undef
   try {
     const outbox = await store.outbox.lag();
     const { byDependency: _, ...retryTable } = await store.retryTable.signals();
-    const problems: string[] = [];
-    if (outbox.failed > 0) problems.push(`${count(outbox.failed)} outbox row${outbox.failed === 1 ? ' is' : 's are'} flagged: the relay could not publish ${outbox.failed === 1 ? 'it' : 'them'} (see \`warren outbox list\`)`);
+    const problems: DatabaseProblem[] = [];
+    if (outbox.failed > 0) problems.push({ kind: 'outbox-flagged', message: `${count(outbox.failed)} outbox row${outbox.failed === 1 ? ' is' : 's are'} flagged: the relay could not publish ${outbox.failed === 1 ? 'it' : 'them'} (see \`warren outbox list\`)` });
     if (retryTable.due > 0 && retryTable.oldestDueAgeMs > maxDueAgeMs) {
-      problems.push(`the oldest due retry-table row has been due for ${span(retryTable.oldestDueAgeMs)}, over ${span(maxDueAgeMs)} (--max-due-age): is a scheduler draining the table?`);
+      problems.push({ kind: 'retry-overdue', message: `the oldest due retry-table row has been due for ${span(retryTable.oldestDueAgeMs)}, over ${span(maxDueAgeMs)} (--max-due-age): is a scheduler draining the table?` });
     }
     return { database: db.shown, outbox, retryTable, maxDueAgeMs, problems };
   } catch (error) {
@@ -101,7 +107,7 @@ export const status: Command = {
     if (names) for (const name of names) topology.consumer(name);
     const database = await readDatabase(ctx);
     const read = await readStatus(await ctx.connection(), topology, { management: ctx.management(), ...(names ? { consumers: names } : {}) });
-    const report = database === undefined ? read : { ...read, problems: [...read.problems, ...database.problems.map((message) => ({ consumer: 'database', message }))], ok: read.ok && database.problems.length === 0 };
+    const report = database === undefined ? read : { ...read, problems: [...read.problems, ...database.problems.map((p) => ({ consumer: 'database', queue: '', ...p }))], ok: read.ok && database.problems.length === 0 };
     if (ctx.json) {
       ctx.printJson(database === undefined ? report : { ...report, database });
       return report.ok ? EXIT.ok : EXIT.failed;
