@@ -173,3 +173,43 @@ describe.each(BACKENDS)('warren status --db and warren outbox: %s', (backend) =>
     expect(again.stderr).toMatch(/nothing was released/);
   });
 });
+
+describe('warren outbox: help and bad input', () => {
+  it('has help with examples for every outbox command, leaves out the broker flags, and status --help names --db', async () => {
+    const group = await warren(['outbox', '--help']);
+    expect(group.code).toBe(0);
+    for (const c of ['list', 'show', 'release']) {
+      expect(group.stdout).toContain(`outbox ${c}`);
+      const r = await warren(['outbox', c, '--help']);
+      expect(r.code).toBe(0);
+      expect(r.stdout).toContain(`Usage: warren outbox ${c}`);
+      expect(r.stdout).toMatch(/Examples:\n {2}warren outbox /);
+      expect(r.stdout).toContain('--db URL');
+      expect(r.stdout).not.toContain('--topology');
+    }
+    const status = await warren(['status', '--help']);
+    expect(status.stdout).toContain('--db URL');
+    expect(status.stdout).toContain('--max-due-age DURATION');
+    expect(status.stdout).toContain('--topology');
+  });
+
+  it('names the bad value or missing filter, exit 2, before opening any database', async () => {
+    const env = { WARREN_DB: 'sqlite:no/such/warren.db' };
+    const cases: Array<[string[], RegExp]> = [
+      [['outbox', 'list', '--id', 'abc'], /--id: "abc" is not an outbox row id/],
+      [['outbox', 'show'], /needs the ID of a flagged row/],
+      [['outbox', 'show', '0'], /"0" is not an outbox row id/],
+      [['outbox', 'release', '--yes'], /needs a filter to say which rows/],
+      [['outbox', 'release', '--all', '--id', '3', '--yes'], /--all means every flagged row; it does not go with filters \(--id 3\)/],
+      [['outbox', 'list'], /there is no SQLite database at .*no\/such\/warren\.db/],
+    ];
+    for (const [args, expected] of cases) {
+      const r = await warren(args, { env });
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.stderr).toMatch(expected);
+    }
+    const noDb = await warren(['outbox', 'list']);
+    expect(noDb.code).toBe(2);
+    expect(noDb.stderr).toMatch(/No database given: pass --db URL or set WARREN_DB/);
+  });
+});
