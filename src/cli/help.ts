@@ -17,7 +17,7 @@ const ENVIRONMENT = [
   '  WARREN_TOPOLOGY         topology module, as --topology',
   '  WARREN_AMQP_URL         AMQP URL, as --url',
   '  WARREN_MANAGEMENT_URL   management API URL, as --management-url',
-  '  WARREN_DB               the database of the retry table, as --db',
+  '  WARREN_DB               the database of the retry table and the outbox, as --db',
   '  WARREN_ACTOR            who makes retry-table changes, as --actor',
   '  Passwords in these URLs are never printed.',
 ];
@@ -30,7 +30,7 @@ const BROKER_FLAGS = new Set(['topology', 'url', 'management-url']);
  * database alone, so its help leaves out the topology and broker flags.
  */
 function globalFlagsOf(c: Command): FlagSpecs {
-  if (!('db' in c.flags) || 'listen' in c.flags) return GLOBAL_FLAGS;
+  if (!('db' in c.flags) || 'listen' in c.flags || c.path[0] === 'status') return GLOBAL_FLAGS;
   return Object.fromEntries(Object.entries(GLOBAL_FLAGS).filter(([name]) => !BROKER_FLAGS.has(name)));
 }
 
@@ -59,8 +59,9 @@ export function mainHelp(commands: readonly Command[], version: string): string 
     '`topology` (or a default export), made with defineTopology() or a plain object with',
     "`consumers`. A .ts module loads when the CLI runs under tsx (NODE_OPTIONS='--import tsx').",
     '',
-    "The retry commands work on the application's database alone (--db or WARREN_DB:",
-    'sqlite:PATH or postgres://…); they need neither the topology nor the broker.',
+    "The retry and outbox commands work on the application's database alone (--db or",
+    'WARREN_DB: sqlite:PATH or postgres://…); they need neither the topology nor the broker.',
+    'With --db, `warren status` adds the outbox and the retry table to its report.',
     '',
     'Environment:',
     ...ENVIRONMENT,

@@ -8,6 +8,7 @@ import { duration, GLOBAL_FLAGS, parseStrict, positionalsOf, str, type FlagSpecs
 import type { Command, CommandContext } from './command.js';
 import { parkedExport, parkedList, parkedPurge, parkedReplay, parkedShow } from './commands/parked.js';
 import { metrics } from './commands/metrics.js';
+import { OUTBOX_COMMANDS } from './commands/outbox.js';
 import { RETRY_COMMANDS } from './commands/retry.js';
 import { status } from './commands/status.js';
 import { topologyApply, topologyPlan, topologyVerify } from './commands/topology.js';
@@ -16,7 +17,7 @@ import { CliError, EXIT, UsageError, type ExitCode } from './errors.js';
 import { commandHelp, groupHelp, mainHelp } from './help.js';
 
 /** Every command, in the order help lists them. */
-export const COMMANDS: readonly Command[] = [status, parkedList, parkedShow, parkedReplay, parkedPurge, parkedExport, ...RETRY_COMMANDS, topologyPlan, topologyApply, topologyVerify, metrics];
+export const COMMANDS: readonly Command[] = [status, parkedList, parkedShow, parkedReplay, parkedPurge, parkedExport, ...RETRY_COMMANDS, ...OUTBOX_COMMANDS, topologyPlan, topologyApply, topologyVerify, metrics];
 
 function version(): string {
   try {

@@ -140,6 +140,10 @@ export interface OutboxFailure {
   readonly error: string;
   readonly failedAt: Date;
   readonly attempts: number;
+  /** The AMQP headers the row will be published with. */
+  readonly headers: Record<string, unknown>;
+  /** The body as stored (JSON text). */
+  readonly body: string;
 }
 
 /**

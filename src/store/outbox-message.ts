@@ -65,3 +65,12 @@ export function outgoingMessage(row: OutboxRecord, defaultExchange: string): Out
   if (stored.type !== undefined) properties.type = stored.type;
   return { exchange: row.exchange ?? defaultExchange, routingKey: row.routingKey, content: Buffer.from(row.content, 'utf8'), properties };
 }
+
+/** The headers of a row's stored properties; none when they do not parse. */
+export function storedHeaders(properties: string): Record<string, unknown> {
+  try {
+    return (JSON.parse(properties) as Partial<StoredProperties>).headers ?? {};
+  } catch {
+    return {};
+  }
+}

@@ -1,8 +1,66 @@
 import { formatDuration } from '../../retry/ladder.js';
 import { readStatus, type QueueState } from '../../status/index.js';
-import type { Command } from '../command.js';
-import { EXIT } from '../errors.js';
-import { count, table } from '../format.js';
+import type { RetrySignals } from '../../retry-table/index.js';
+import type { OutboxLag } from '../../store/index.js';
+import { DB_FLAGS, str, type ParsedValues } from '../args.js';
+import type { Command, CommandContext } from '../command.js';
+import { databaseSettings, describeDatabaseError, openDatabase } from '../context.js';
+import { EXIT, UsageError } from '../errors.js';
+import { count, span, table } from '../format.js';
+
+const DEFAULT_MAX_DUE_AGE_MS = 5 * 60_000;
+const UNIT_MS = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 } as const;
+
+/** `--max-due-age`: 90s, 5m, 1h; default 5m. */
+export function maxDueAgeOf(values: ParsedValues): number {
+  const raw = str(values, 'max-due-age');
+  if (raw === undefined) return DEFAULT_MAX_DUE_AGE_MS;
+  const m = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$/.exec(raw);
+  const ms = m ? Math.round(Number(m[1]) * UNIT_MS[(m[2] ?? 'ms') as keyof typeof UNIT_MS]) : NaN;
+  if (!Number.isFinite(ms) || ms < 1) throw new UsageError(`--max-due-age: ${JSON.stringify(raw)} is not a duration above 0 (e.g. 90s, 5m, 1h).`);
+  return ms;
+}
+
+/** What the database adds to the status: the outbox and the retry table. */
+export interface DatabaseStatus {
+  readonly database: string;
+  readonly outbox: OutboxLag;
+  readonly retryTable: Omit<RetrySignals, 'byDependency'>;
+  readonly maxDueAgeMs: number;
+  readonly problems: readonly DatabaseProblem[];
+}
+
+/** `outbox-flagged`: outbox rows the relay could not publish; `retry-overdue`: a due retry-table row older than --max-due-age. */
+export interface DatabaseProblem {
+  readonly kind: 'outbox-flagged' | 'retry-overdue';
+  readonly message: string;
+}
+
+/** Reads the outbox and retry-table figures when --db (or WARREN_DB) is given; undefined otherwise. */
+async function readDatabase(ctx: CommandContext): Promise<DatabaseStatus | undefined> {
+  const maxDueAgeMs = maxDueAgeOf(ctx.values);
+  const given = str(ctx.values, 'db') ?? ctx.io.env['WARREN_DB'];
+  if (given === undefined || given.trim() === '') {
+    if (str(ctx.values, 'max-due-age') !== undefined) throw new UsageError('--max-due-age applies to the retry table: give the database with --db (or WARREN_DB) too.');
+    return undefined;
+  }
+  const db = databaseSettings(ctx.values, ctx.io, ctx.broker.connectTimeoutMs);
+  const store = await openDatabase(db);
+  try {
+    const outbox = await store.outbox.lag();
+    const { byDependency: _, ...retryTable } = await store.retryTable.signals();
+    const problems: DatabaseProblem[] = [];
+    if (outbox.failed > 0) problems.push({ kind: 'outbox-flagged', message: `${count(outbox.failed)} outbox row${outbox.failed === 1 ? ' is' : 's are'} flagged: the relay could not publish ${outbox.failed === 1 ? 'it' : 'them'} (see \`warren outbox list\`)` });
+    if (retryTable.due > 0 && retryTable.oldestDueAgeMs > maxDueAgeMs) {
+      problems.push({ kind: 'retry-overdue', message: `the oldest due retry-table row has been due for ${span(retryTable.oldestDueAgeMs)}, over ${span(maxDueAgeMs)} (--max-due-age): is a scheduler draining the table?` });
+    }
+    return { database: db.shown, outbox, retryTable, maxDueAgeMs, problems };
+  } catch (error) {
+    throw describeDatabaseError(error, db) ?? error;
+  } finally {
+    await store.close().catch(() => undefined);
+  }
+}
 
 function n(value: number | undefined): string {
   return value === undefined ? '-' : count(value);
@@ -31,16 +89,27 @@ export const status: Command = {
     'declared queue or binding does not exist, or a work queue is bound from the exchange',
     'with a key the declaration does not name (bindings are read through the management',
     'API only): usable as a monitoring check.',
+    '',
+    "With --db (or WARREN_DB), it also reads the application's database: the outbox",
+    '(rows pending, the age of the oldest, rows flagged as unpublishable) and the retry',
+    'table (rows, due, paused, waiting for a person with no next attempt, how long the',
+    'oldest due row has been due). A flagged outbox row is a problem, and so is a due',
+    'row older than --max-due-age (default 5m).',
   ].join('\n'),
-  flags: {},
-  examples: ['warren status', 'warren status billing --json', 'warren status || page-oncall "warren status: $(warren status 2>&1 | tail -n 3)"'],
+  flags: {
+    ...DB_FLAGS,
+    'max-due-age': { type: 'string', label: '--max-due-age DURATION', help: 'with --db: a due retry-table row older than this is a problem (e.g. 90s, 5m, 1h); default 5m' },
+  },
+  examples: ['warren status', 'warren status billing --json', 'warren status --db postgres://ops@db.internal/shop --max-due-age 10m', 'warren status || page-oncall "warren status: $(warren status 2>&1 | tail -n 3)"'],
   async run(ctx) {
     const topology = await ctx.topology();
     const names = ctx.args.length ? [...ctx.args] : undefined;
     if (names) for (const name of names) topology.consumer(name);
-    const report = await readStatus(await ctx.connection(), topology, { management: ctx.management(), ...(names ? { consumers: names } : {}) });
+    const database = await readDatabase(ctx);
+    const read = await readStatus(await ctx.connection(), topology, { management: ctx.management(), ...(names ? { consumers: names } : {}) });
+    const report = database === undefined ? read : { ...read, problems: [...read.problems, ...database.problems.map((p) => ({ consumer: 'database', queue: '', ...p }))], ok: read.ok && database.problems.length === 0 };
     if (ctx.json) {
-      ctx.printJson(report);
+      ctx.printJson(database === undefined ? report : { ...report, database });
       return report.ok ? EXIT.ok : EXIT.failed;
     }
     const header = ['', 'queue', 'ready', 'unacked', 'consumers', 'redeliver/s'];
@@ -57,8 +126,23 @@ export const status: Command = {
       ctx.out(`Management API not used: ${why.charAt(0).toLowerCase()}${why.slice(1)}`);
       ctx.out(`Without it, ${report.missing.join(' and ')} are not shown (-) and bindings are not checked; depths and consumer counts come from AMQP.`);
     }
+    if (database) {
+      const o = database.outbox;
+      const r = database.retryTable;
+      ctx.out();
+      ctx.out(`database (${database.database})`);
+      const lines = table(
+        ['', 'rows', 'pending', 'oldest', 'flagged', 'due', 'paused', 'waiting'],
+        [
+          ['outbox', count(o.pending + o.failed), count(o.pending), o.pending > 0 ? span(o.oldestPendingAgeMs) : '-', count(o.failed), '', '', ''],
+          ['retry table', count(r.rows), '', r.due > 0 ? span(r.oldestDueAgeMs) : '-', '', count(r.due), count(r.paused), count(r.waiting)],
+        ],
+        ['left', 'right', 'right', 'right', 'right', 'right', 'right', 'right'],
+      );
+      for (const line of lines) ctx.out(`  ${line}`);
+    }
     ctx.out();
-    if (report.ok) ctx.out(`OK: nothing parked, every work queue with messages has a consumer${report.bindingsChecked ? ', every binding as declared' : ''}.`);
+    if (report.ok) ctx.out(`OK: nothing parked, every work queue with messages has a consumer${report.bindingsChecked ? ', every binding as declared' : ''}${database ? `, no outbox row flagged, no retry-table row due for over ${span(database.maxDueAgeMs)}` : ''}.`);
     else {
       ctx.out(`${report.problems.length} problem${report.problems.length === 1 ? '' : 's'}:`);
       for (const p of report.problems) ctx.out(`  ! ${p.consumer}: ${p.message}`);

@@ -1,7 +1,7 @@
 import { backoffDelay } from '../../connection/index.js';
 import type { Logger } from '../../logger.js';
 import type { Outbox, OutboxAddOptions, OutboxFailure, OutboxLag, OutboxReceipt } from '../index.js';
-import { outboxRecord, type OutboxRow } from '../outbox-message.js';
+import { outboxRecord, storedHeaders, type OutboxRow } from '../outbox-message.js';
 import type { ClaimOptions, RelayBatch, RelayDriver, RowOutcome } from '../outbox-relay.js';
 import type { PgClient, PgNotification } from './driver.js';
 import type { PostgresInternals } from './index.js';
@@ -47,13 +47,13 @@ export class PostgresOutbox<C extends PgClient> implements Outbox<C> {
   failed(limit = 100): Promise<OutboxFailure[]> {
     const t = this.store.tables.outbox;
     return this.store.withClient(async (c) => {
-      const { rows } = await this.store.query<{ id: string; message_id: string; exchange: string | null; routing_key: string; last_error: string | null; failed_at: Date; attempts: number }>(
+      const { rows } = await this.store.query<{ id: string; message_id: string; exchange: string | null; routing_key: string; last_error: string | null; failed_at: Date; attempts: number; content: string; properties: string }>(
         c,
-        `SELECT o.id::text AS id, o.message_id, o.exchange, o.routing_key, o.last_error, o.failed_at, o.attempts FROM ${t} AS o WHERE o.failed_at IS NOT NULL AND o.sent_at IS NULL ORDER BY o.id LIMIT $1`,
+        `SELECT o.id::text AS id, o.message_id, o.exchange, o.routing_key, o.last_error, o.failed_at, o.attempts, o.content, o.properties::text AS properties FROM ${t} AS o WHERE o.failed_at IS NOT NULL AND o.sent_at IS NULL ORDER BY o.id LIMIT $1`,
         [limit],
         'list flagged outbox rows',
       );
-      return rows.map((r) => ({ id: r.id, messageId: r.message_id, exchange: r.exchange, routingKey: r.routing_key, error: r.last_error ?? '', failedAt: new Date(r.failed_at), attempts: Number(r.attempts) }));
+      return rows.map((r) => ({ id: r.id, messageId: r.message_id, exchange: r.exchange, routingKey: r.routing_key, error: r.last_error ?? '', failedAt: new Date(r.failed_at), attempts: Number(r.attempts), headers: storedHeaders(r.properties), body: r.content }));
     }, 'list flagged outbox rows');
   }
 

@@ -1,7 +1,7 @@
 import { StoreSchemaError } from '../../errors.js';
 import type { Logger } from '../../logger.js';
 import type { Outbox, OutboxAddOptions, OutboxFailure, OutboxLag, OutboxReceipt } from '../index.js';
-import { outboxRecord, type OutboxRow } from '../outbox-message.js';
+import { outboxRecord, storedHeaders, type OutboxRow } from '../outbox-message.js';
 import type { ClaimOptions, RelayBatch, RelayDriver, RowOutcome } from '../outbox-relay.js';
 import type { SqliteDatabase } from './driver.js';
 import type { SqliteInternals } from './index.js';
@@ -64,8 +64,8 @@ export class SqliteOutbox<DB extends SqliteDatabase> implements Outbox<DB> {
       (db) =>
         (
           this.store
-            .statement(db, `SELECT id, message_id, exchange, routing_key, last_error, failed_at, attempts FROM ${t} WHERE failed_at IS NOT NULL AND sent_at IS NULL ORDER BY id LIMIT ?`)
-            .all(limit) as Array<{ id: number | bigint; message_id: string; exchange: string | null; routing_key: string; last_error: string | null; failed_at: number; attempts: number }>
+            .statement(db, `SELECT id, message_id, exchange, routing_key, last_error, failed_at, attempts, content, properties FROM ${t} WHERE failed_at IS NOT NULL AND sent_at IS NULL ORDER BY id LIMIT ?`)
+            .all(limit) as Array<{ id: number | bigint; message_id: string; exchange: string | null; routing_key: string; last_error: string | null; failed_at: number; attempts: number; content: string; properties: string }>
         ).map((r) => ({
           id: String(r.id),
           messageId: r.message_id,
@@ -74,6 +74,8 @@ export class SqliteOutbox<DB extends SqliteDatabase> implements Outbox<DB> {
           error: r.last_error ?? '',
           failedAt: new Date(Number(r.failed_at)),
           attempts: Number(r.attempts),
+          headers: storedHeaders(r.properties),
+          body: r.content,
         })),
       'list flagged outbox rows',
     );
