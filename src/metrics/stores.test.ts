@@ -76,6 +76,8 @@ describe.each(BACKENDS)('store metrics: %s', (backend) => {
         return (
           valueOf(s, 'warren_outbox_flagged', { store: 'orders' }) === 1 &&
           valueOf(s, 'warren_retry_table_paused', { store: 'orders', dependency: 'carrier' }) === 1 &&
+          // The monitor's own state follows its pause's commit, which the table shows first.
+          valueOf(s, 'warren_dependency_paused', { dependency: 'carrier' }) === 1 &&
           valueOf(s, 'warren_retry_table_rows', { store: 'orders', dependency: 'ledger' }) === undefined &&
           valueOf(s, 'warren_consumer_deliveries_total', { consumer: name, outcome: 'acked' }) === 1
         );

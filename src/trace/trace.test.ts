@@ -133,6 +133,8 @@ describe('tracing with an SDK registered', () => {
     await warren.consume('shipping', async () => undefined, { onOutcome: (o) => shipped.push(o) });
     const { messageId } = await warren.publish('order.created', { orderId: 1 });
     await waitFor(() => shipped.some((o) => o.kind === 'acked'), 'the follow-up event is consumed');
+    // billing's span ends when its ack is counted, which can come after shipping handled the follow-up.
+    await waitFor(() => exporter.getFinishedSpans().some((s) => s.attributes['warren.consumer'] === 'billing'), "billing's span to end");
     const first = exporter.getFinishedSpans().find((s) => s.kind === SpanKind.PRODUCER && s.attributes['messaging.message.id'] === messageId);
     const spans = spansOf(first?.spanContext().traceId as string);
     const billing = spans.find((s) => s.attributes['warren.consumer'] === 'billing');

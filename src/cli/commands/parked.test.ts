@@ -338,6 +338,8 @@ describe.each(['classic', 'quorum'] as const)('parked commands killed half-way, 
     const left = await peekIds(conn, billing.parkedQueue);
     expect(twice(left)).toEqual([]);
     expect(new Set(left)).toEqual(new Set(ids));
+    // The peek put every message back with one nack; the queue takes them back a little later.
+    await stable(conn, [billing.parkedQueue], n);
     const r = await warren(['parked', 'export', 'billing'], { env, timeoutMs: 120_000 });
     expect(r.code, r.stderr).toBe(0);
     const exported = r.stdout.trim().split('\n').map((l) => (JSON.parse(l) as { messageId: string }).messageId);
