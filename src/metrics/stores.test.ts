@@ -79,7 +79,9 @@ describe.each(BACKENDS)('store metrics: %s', (backend) => {
           // The monitor's own state follows its pause's commit, which the table shows first.
           valueOf(s, 'warren_dependency_paused', { dependency: 'carrier' }) === 1 &&
           valueOf(s, 'warren_retry_table_rows', { store: 'orders', dependency: 'ledger' }) === undefined &&
-          valueOf(s, 'warren_consumer_deliveries_total', { consumer: name, outcome: 'acked' }) === 1
+          valueOf(s, 'warren_consumer_deliveries_total', { consumer: name, outcome: 'acked' }) === 1 &&
+          // The relay marks a row sent once its confirm is back, which can come after it was handled.
+          valueOf(s, 'warren_outbox_pending', { store: 'orders' }) === 0
         );
       },
       'the ledger row sent back and acked, the outbox row flagged, the carrier paused',
