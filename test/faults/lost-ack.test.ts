@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { BlockingProxy } from '../../src/publish/testing/blocking-proxy.js';
 import { AMQP_URL, connectWarren, depth, rawConnection, testTopology, waitFor } from '../helpers.js';
 
-describe('breaker: acks lost on a connection that died silently', () => {
+describe('acks lost on a connection that died silently', () => {
   // Fails today: the second lost ack parks the message as a crash loop (crashLimit 2)
   // although its handler succeeded both times and the process never died. Suggested
   // fix: at a channel close, note as blips the deliveries acked on that channel since

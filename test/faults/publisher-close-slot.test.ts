@@ -10,7 +10,7 @@ import { ClosedError, Publisher } from '../../src/index.js';
 import { BrokerConnection } from '../../src/connection/index.js';
 import { AMQP_URL, depth, onTeardown, rawConnection, testTopology } from '../helpers.js';
 
-describe('breaker: Publisher.close() with a publish waiting for a slot', () => {
+describe('Publisher.close() with a publish waiting for a slot', () => {
   // Failed before the fix: "expected 'written' to be an instance of ClosedError".
   it('the waiting publish is rejected with ClosedError, never written after close', async () => {
     const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('closeslot')]: { bindings: ['k'] } } }));

@@ -8,7 +8,7 @@
 import { describe, expect, it } from 'vitest';
 import { connectWarren, sleep, testTopology, waitFor } from '../helpers.js';
 
-describe('breaker: an async outcome listener that rejects', () => {
+describe('an async outcome listener that rejects', () => {
   // Failed before the fix (test/setup.ts reported the unhandled rejection "listener failed").
   it('is logged, not left unhandled', async () => {
     const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('asynclistener')]: { bindings: ['x'] } } }));

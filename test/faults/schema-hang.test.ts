@@ -6,7 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { connectWarren, testTopology, waitFor } from '../helpers.js';
 
-describe('breaker: a schema whose validate never settles', () => {
+describe('a schema whose validate never settles', () => {
   // Without a bound the delivery would sit in flight until the broker's consumer timeout
   // (30 min). validate() gets the handler's timeoutMs and a timeout is a transient failure.
   it('the delivery reaches an outcome within the handler timeout: retried, then parked at the cap', async () => {

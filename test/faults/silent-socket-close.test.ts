@@ -7,7 +7,7 @@
 import { describe, expect, it } from 'vitest';
 import { connectWarren, testTopology, waitFor } from '../helpers.js';
 
-describe('breaker: a socket closed without an error', () => {
+describe('a socket closed without an error', () => {
   // Failed before the fix: 'disconnected' came ~30 s later ("Heartbeat timeout"), the
   // wait below timed out after 5 s.
   it('is a lost connection at once: the consumer re-attaches within seconds, not heartbeats', async () => {

@@ -7,7 +7,7 @@
 import { describe, expect, it } from 'vitest';
 import { connectWarren, sleep, testTopology, waitFor } from '../helpers.js';
 
-describe('breaker: consume() while the connection runs its ready hooks', () => {
+describe('consume() while the connection runs its ready hooks', () => {
   // Failed before the fix: "Timed out after 5000 ms waiting for: the consumer to attach".
   it('the consumer attaches and handles messages', async () => {
     const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('midhooks')]: { bindings: ['k'] } } }));

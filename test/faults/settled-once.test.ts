@@ -8,7 +8,7 @@ import { PublishNotConfirmedError } from '../../src/index.js';
 import { BlockingProxy } from '../../src/publish/testing/blocking-proxy.js';
 import { AMQP_URL, connectWarren, depth, rawConnection, sleep, testTopology, waitFor } from '../helpers.js';
 
-describe('breaker: a confirm that arrives after the publish was given up', () => {
+describe('a confirm that arrives after the publish was given up', () => {
   // Failed before the fix: "expected 3 to be 2" ('settled' with the error, then again with none).
   it("emits 'settled' once", async () => {
     const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('settledonce')]: { bindings: ['k'] } } }));
