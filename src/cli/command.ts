@@ -1,3 +1,4 @@
+import { createInterface } from 'node:readline';
 import type * as amqp from 'amqplib';
 import type { ManagementClient } from '../management/client.js';
 import type { ConsumerTopology, Topology } from '../topology/declaration.js';
@@ -54,4 +55,18 @@ export async function consumerArg(ctx: CommandContext, command: string): Promise
 /** Rejects positional arguments beyond `max`. */
 export function noExtraArgs(ctx: CommandContext, max: number, command: string): void {
   if (ctx.args.length > max) throw new UsageError(`Unexpected argument ${JSON.stringify(ctx.args[max])} for \`warren ${command}\`. See \`warren ${command} --help\`.`);
+}
+
+/** Asks a yes/no question on stderr and reads the answer from stdin; anything but y or yes is no. */
+export async function ask(ctx: CommandContext, question: string): Promise<boolean> {
+  const rl = createInterface({ input: ctx.io.stdin, output: ctx.io.stderr });
+  try {
+    const answer = await new Promise<string>((resolve) => {
+      rl.question(question, resolve);
+      rl.once('close', () => resolve(''));
+    });
+    return /^y(es)?$/i.test(answer.trim());
+  } finally {
+    rl.close();
+  }
 }

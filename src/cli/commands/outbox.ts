@@ -1,11 +1,10 @@
 // `warren outbox …`: the outbox rows the relay flagged (it could not publish them: no queue
 // bound for the key, no such exchange). These commands work on the application's database
 // alone; they need neither the topology nor the broker.
-import { createInterface } from 'node:readline';
 import { defaultActor } from '../../retry-table/index.js';
 import type { OutboxFailure, Store } from '../../store/index.js';
 import { DB_FLAGS, list, str, wholeNumber, type FlagSpecs, type ParsedValues } from '../args.js';
-import { noExtraArgs, type Command, type CommandContext } from '../command.js';
+import { noExtraArgs, ask, type Command, type CommandContext } from '../command.js';
 import { databaseSettings, describeDatabaseError, openDatabase, type DatabaseSettings } from '../context.js';
 import { EXIT, UsageError } from '../errors.js';
 import { clip, count, plural, relative, shellWord, table, when } from '../format.js';
@@ -219,19 +218,6 @@ export const outboxShow: Command = {
 };
 
 // ── release ─────────────────────────────────────────────────────────────────
-
-async function ask(ctx: CommandContext, question: string): Promise<boolean> {
-  const rl = createInterface({ input: ctx.io.stdin, output: ctx.io.stderr });
-  try {
-    const answer = await new Promise<string>((resolve) => {
-      rl.question(question, resolve);
-      rl.once('close', () => resolve(''));
-    });
-    return /^y(es)?$/i.test(answer.trim());
-  } finally {
-    rl.close();
-  }
-}
 
 export const outboxRelease: Command = {
   path: ['outbox', 'release'],

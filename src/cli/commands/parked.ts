@@ -1,12 +1,11 @@
 import { createWriteStream, type WriteStream } from 'node:fs';
-import { createInterface } from 'node:readline';
 import { describeFilter, isEmptyFilter, parseFilter, type ParkedFilter } from '../../park/filter.js';
 import { parkedIdentity } from '../../park/identity.js';
 import { attemptHistory, decodeBody, groupParked, plainValue, summarize, type ParkedMessage } from '../../park/message.js';
 import { browseParked, exportParked, listParked, purgeParked, replayParked, type ParkedOperationResult, type ReplayOptions, type ReplayResult } from '../../park/operations.js';
 import type { ConsumerTopology } from '../../topology/declaration.js';
 import { FILTER_FLAGS, list, MAX_HELD_FLAG, positiveNumber, str, wholeNumber, type FlagSpecs } from '../args.js';
-import { consumerArg, noExtraArgs, type Command, type CommandContext } from '../command.js';
+import { consumerArg, noExtraArgs, ask, type Command, type CommandContext } from '../command.js';
 import { CliError, EXIT, UsageError, type ExitCode } from '../errors.js';
 import { clip, count, plural, Progress, span, table, when, type ProgressState } from '../format.js';
 
@@ -349,19 +348,6 @@ const PURGE_FLAGS: FlagSpecs = {
   yes: { type: 'boolean', short: 'y', label: '--yes, -y', help: 'do not ask; required when stdin is not a terminal' },
   ...MAX_HELD_FLAG,
 };
-
-async function ask(ctx: CommandContext, question: string): Promise<boolean> {
-  const rl = createInterface({ input: ctx.io.stdin, output: ctx.io.stderr });
-  try {
-    const answer = await new Promise<string>((resolve) => {
-      rl.question(question, resolve);
-      rl.once('close', () => resolve(''));
-    });
-    return /^y(es)?$/i.test(answer.trim());
-  } finally {
-    rl.close();
-  }
-}
 
 export const parkedPurge: Command = {
   path: ['parked', 'purge'],
