@@ -58,6 +58,8 @@ export class Warren extends EventEmitter {
   private readonly consumers: Array<Consumer<never, never>> = [];
   private readonly managementOptions: ManagementOptions | undefined;
   private closed = false;
+  private readonly declare: boolean;
+  private opening: Promise<void> | undefined;
   /** Why the last declaration of the topology failed; undefined once one succeeded. */
   private topologyError: unknown;
 
@@ -70,34 +72,59 @@ export class Warren extends EventEmitter {
     this.publisher = new Publisher(this.publishConnection, this.topology.exchange, { logger: this.logger, ...options.publisher });
     this.mover = new Publisher(this.publishConnection, this.topology.exchange, { logger: this.logger, ...options.publisher });
     this.managementOptions = options.management;
+    this.declare = options.declare !== false;
+  }
+
+  /**
+   * A Warren that has opened nothing yet: call {@link open} before consuming. For a
+   * framework that hands the instance out before it connects (the NestJS module);
+   * elsewhere use {@link Warren.connect}.
+   */
+  static create(options: WarrenOptions): Warren {
+    return new Warren(options);
   }
 
   /** Connects (retrying until `connectTimeoutMs`), declares the topology and opens the publisher. */
   static async connect(options: WarrenOptions): Promise<Warren> {
     const warren = new Warren(options);
-    if (options.declare !== false) {
-      await warren.connection.onReady(async (model) => {
+    await warren.open();
+    return warren;
+  }
+
+  /**
+   * What {@link Warren.connect} does after creating: connects, declares the topology and
+   * opens the publisher. Called again, it returns the first call's promise. When it
+   * fails, both connections are closed and this Warren cannot be opened again.
+   */
+  open(): Promise<void> {
+    this.opening ??= this.openOnce();
+    return this.opening;
+  }
+
+  private async openOnce(): Promise<void> {
+    if (this.closed) throw new ClosedError('This Warren');
+    if (this.declare) {
+      await this.connection.onReady(async (model) => {
         try {
-          await declareTopology(model, warren.topology);
-          warren.topologyError = undefined;
+          await declareTopology(model, this.topology);
+          this.topologyError = undefined;
         } catch (error) {
-          warren.topologyError = error;
+          this.topologyError = error;
           throw error;
         }
       });
     }
     try {
-      await warren.connection.open();
+      await this.connection.open();
       // The first declaration's failure (drift) is the caller's error, not a log line.
-      if (options.declare !== false) await declareTopology(await warren.connection.waitReady(1000), warren.topology);
-      await warren.publishConnection.open();
-      await warren.publisher.start();
-      await warren.mover.start();
+      if (this.declare) await declareTopology(await this.connection.waitReady(1000), this.topology);
+      await this.publishConnection.open();
+      await this.publisher.start();
+      await this.mover.start();
     } catch (error) {
-      await Promise.all([warren.connection.close(), warren.publishConnection.close()]);
+      await Promise.all([this.connection.close(), this.publishConnection.close()]);
       throw error;
     }
-    return warren;
   }
 
   /** Publishes a JSON payload to the events exchange; resolves once confirmed. */
