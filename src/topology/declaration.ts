@@ -124,7 +124,7 @@ type Level = keyof typeof KNOWN_KEYS;
 const LEVEL_NAMES: Record<Level, string> = { topology: 'the topology', consumer: 'the consumer', retry: 'retry' };
 
 /** Edit distance, case-insensitive: how many letters to add, remove or change. */
-function distance(a: string, b: string): number {
+export function distance(a: string, b: string): number {
   const x = a.toLowerCase();
   const y = b.toLowerCase();
   let prev = Array.from({ length: y.length + 1 }, (_, j) => j);

@@ -1,0 +1,101 @@
+import type { ConsumerOptions, Handler } from '../consume/types.js';
+import type { Topology } from '../topology/declaration.js';
+import { WARREN_CONSUMER, type WarrenConsumerMetadata } from './decorators.js';
+import { ConsumerHandlerError } from './errors.js';
+import { suggestion } from './names.js';
+
+/** A method that `@WarrenConsumer` marked, on the instance it will be called on. */
+export interface FoundHandler {
+  readonly consumer: string;
+  /** `ClassName.method`, for messages. */
+  readonly where: string;
+  readonly options: ConsumerOptions<never, never>;
+  /** Calls the method on its instance; undefined when the provider is not a singleton. */
+  readonly handler: Handler<never, never> | undefined;
+  /** Why the provider cannot host a handler (`request`-scoped, transient). */
+  readonly scope?: string;
+}
+
+/** What the module reads of one of Nest's instance wrappers. */
+export interface ProviderLike {
+  readonly instance: unknown;
+  readonly isTransient?: boolean;
+  isDependencyTreeStatic?(): boolean;
+}
+
+/**
+ * The handlers `@WarrenConsumer` marked on the providers' and controllers' methods.
+ * An instance reached through several tokens (an alias with `useExisting`) counts once.
+ */
+export function findHandlers(providers: Iterable<ProviderLike>, methodNames: (prototype: object) => readonly string[]): FoundHandler[] {
+  const found: FoundHandler[] = [];
+  const seen = new WeakSet<object>();
+  for (const wrapper of providers) {
+    const instance = wrapper.instance;
+    if (typeof instance !== 'object' || instance === null || seen.has(instance)) continue;
+    seen.add(instance);
+    const prototype = Object.getPrototypeOf(instance) as object | null;
+    if (prototype === null || prototype === Object.prototype) continue;
+    for (const method of methodNames(prototype)) {
+      const fn = (prototype as Record<string, unknown>)[method];
+      if (typeof fn !== 'function') continue;
+      const marks = Reflect.getMetadata(WARREN_CONSUMER, fn) as WarrenConsumerMetadata[] | undefined;
+      if (marks === undefined) continue;
+      const where = `${prototype.constructor.name}.${method}`;
+      // Only a singleton has one instance for the life of the application; a request-scoped
+      // or transient provider's static instance was never given its dependencies.
+      const scope = wrapper.isTransient === true ? 'transient' : wrapper.isDependencyTreeStatic?.() === false ? 'request-scoped' : undefined;
+      const target = instance as Record<string, (payload: never, context: never) => unknown>;
+      const handler: Handler<never, never> | undefined = scope === undefined ? (payload, context) => target[method]!(payload, context as never) : undefined;
+      for (const mark of marks) found.push({ consumer: mark.consumer, where, options: mark.options, handler, ...(scope === undefined ? {} : { scope }) });
+    }
+  }
+  return found;
+}
+
+/**
+ * Pairs the topology's consumers (those in `handle`, or all) with their handlers, one
+ * each, in the topology's order. Throws {@link ConsumerHandlerError} listing every
+ * problem: a consumer with no handler, a handler naming a consumer the topology does not
+ * declare (with the closest name) or one `handle` leaves out, two handlers for one
+ * consumer, a handler on a provider that is not a singleton.
+ */
+export function matchHandlers(topology: Topology, handle: readonly string[] | undefined, found: readonly FoundHandler[]): Map<string, FoundHandler & { handler: Handler<never, never> }> {
+  const declared = [...topology.consumers.keys()];
+  const wanted = handle ?? declared;
+  const problems: string[] = [];
+  const byConsumer = new Map<string, FoundHandler[]>();
+  for (const h of found) {
+    if (h.scope !== undefined) {
+      problems.push(`${h.where} handles '${h.consumer}' but its provider is ${h.scope}: a consumer calls one instance for the life of the application. Make ${h.where.split('.')[0] ?? 'it'} a default-scoped (singleton) provider, with nothing request-scoped injected into it.`);
+      continue;
+    }
+    if (!topology.consumers.has(h.consumer)) {
+      problems.push(`${h.where} has @WarrenConsumer('${h.consumer}'), a consumer the topology does not declare. ${suggestion(h.consumer, declared)}The topology declares: ${declared.join(', ')}.`);
+      continue;
+    }
+    if (!wanted.includes(h.consumer)) {
+      problems.push(`${h.where} handles '${h.consumer}', which the module's \`handle\` option leaves out (handle: [${wanted.map((n) => `'${n}'`).join(', ')}]). Add '${h.consumer}' to \`handle\`, or remove the decorator.`);
+      continue;
+    }
+    byConsumer.set(h.consumer, [...(byConsumer.get(h.consumer) ?? []), h]);
+  }
+  const matched = new Map<string, FoundHandler & { handler: Handler<never, never> }>();
+  for (const name of declared.filter((n) => wanted.includes(n))) {
+    const handlers = byConsumer.get(name) ?? [];
+    const [first] = handlers;
+    if (first === undefined) {
+      const handled = declared.filter((n) => byConsumer.has(n));
+      problems.push(
+        `consumer '${name}' has no handler. Put @WarrenConsumer('${name}') on a method of a provider of a module the application imports, ` +
+          `or leave '${name}' out of the module's \`handle\` option if this application does not consume it (handle: [${handled.map((n) => `'${n}'`).join(', ')}]).`,
+      );
+    } else if (handlers.length > 1) {
+      problems.push(`consumer '${name}' has ${handlers.length} handlers: ${handlers.map((h) => h.where).join(', ')}. Keep one: each message of a consumer goes to one handler.`);
+    } else if (first.handler !== undefined) {
+      matched.set(name, { ...first, handler: first.handler });
+    }
+  }
+  if (problems.length > 0) throw new ConsumerHandlerError(problems);
+  return matched;
+}

@@ -1,0 +1,11 @@
+/**
+ * warren for NestJS: `import { WarrenModule, WarrenConsumer } from 'warren/nest'`.
+ * Loads `@nestjs/common` and `@nestjs/core`; the root `warren` entry never does.
+ * The terminus health indicator is in `warren/nest/terminus`. See docs/nest.md.
+ */
+export { WarrenModule } from './module.js';
+export { WarrenConsumer, InjectWarren, InjectPublisher, WARREN_CONSUMER, type WarrenConsumerMetadata } from './decorators.js';
+export { WARREN_MODULE_OPTIONS } from './lifecycle.js';
+export { ConsumerHandlerError } from './errors.js';
+export { nestLogger } from './logger.js';
+export type { WarrenModuleOptions, WarrenModuleAsyncOptions, WarrenModuleExtras, GuardSource } from './options.js';

@@ -1,0 +1,67 @@
+import { Inject, Injectable, type BeforeApplicationShutdown, type OnApplicationBootstrap, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
+import { DiscoveryService, MetadataScanner } from '@nestjs/core';
+import type { ConsumerOptions, Handler } from '../consume/types.js';
+import { Warren } from '../warren.js';
+import { findHandlers, matchHandlers, type FoundHandler } from './handlers.js';
+import type { WarrenModuleOptions } from './options.js';
+
+/** Token of the module's options (after the async factory, if any, has run). */
+export const WARREN_MODULE_OPTIONS = Symbol('WARREN_MODULE_OPTIONS');
+
+/**
+ * Runs the Warren with the application:
+ *
+ * - `onModuleInit`: finds the handlers and checks them against the topology (no broker
+ *   needed for that), then connects and declares the topology, so providers can publish
+ *   from their own `onApplicationBootstrap`;
+ * - `onApplicationBootstrap`: starts a consumer per handler, once every provider's
+ *   `onModuleInit` has run (a database a handler uses is connected by then);
+ * - `beforeApplicationShutdown`: drains the consumers: no new deliveries, never-started
+ *   messages back in their queues, running handlers finished and acked (within each
+ *   consumer's `shutdownTimeoutMs`); the publisher stays open for what the rest of the
+ *   shutdown publishes (an HTTP request still being answered);
+ * - `onApplicationShutdown`: closes the publisher and the connections.
+ */
+@Injectable()
+export class WarrenLifecycle implements OnModuleInit, OnApplicationBootstrap, BeforeApplicationShutdown, OnApplicationShutdown {
+  private handlers = new Map<string, FoundHandler & { handler: Handler<never, never> }>();
+
+  constructor(
+    @Inject(WARREN_MODULE_OPTIONS) private readonly options: WarrenModuleOptions<unknown>,
+    @Inject(Warren) private readonly warren: Warren,
+    @Inject(DiscoveryService) private readonly discovery: DiscoveryService,
+    @Inject(MetadataScanner) private readonly scanner: MetadataScanner,
+  ) {}
+
+  async onModuleInit(): Promise<void> {
+    const wrappers = [...this.discovery.getProviders(), ...this.discovery.getControllers()];
+    const found = findHandlers(wrappers, (prototype) => this.scanner.getAllMethodNames(prototype));
+    this.handlers = matchHandlers(this.warren.topology, this.options.handle, found);
+    await this.warren.open();
+  }
+
+  async onApplicationBootstrap(): Promise<void> {
+    for (const [name, found] of this.handlers) {
+      await this.warren.consume(name, found.handler as Handler<unknown, unknown>, this.consumerOptions(name, found.options));
+    }
+  }
+
+  /** Lowest first: the store's guard, `consumerDefaults`, the decorator's, `consumerOptions[name]`. */
+  private consumerOptions(name: string, fromDecorator: ConsumerOptions<never, never>): ConsumerOptions<unknown, unknown> {
+    const guard = this.options.store?.idempotency();
+    return {
+      ...(guard === undefined ? {} : { idempotency: guard }),
+      ...this.options.consumerDefaults,
+      ...fromDecorator,
+      ...this.options.consumerOptions?.[name],
+    } as unknown as ConsumerOptions<unknown, unknown>;
+  }
+
+  async beforeApplicationShutdown(): Promise<void> {
+    await Promise.all(this.warren.listConsumers().map((c) => c.close()));
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    await this.warren.close();
+  }
+}
