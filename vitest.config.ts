@@ -2,7 +2,7 @@ import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
   test: {
-    include: ['src/**/*.test.ts', 'test/**/*.test.ts', 'chaos/**/*.test.ts'],
+    include: ['src/**/*.test.ts', 'test/**/*.test.ts', 'chaos/**/*.test.ts', 'examples/**/*.test.ts'],
     // Fails a test on an unhandled error or rejection, its own or a spawned child's.
     setupFiles: ['test/setup.ts'],
     testTimeout: 30_000,
