@@ -19,6 +19,10 @@ export interface FoundHandler {
 /** What the module reads of one of Nest's instance wrappers. */
 export interface ProviderLike {
   readonly instance: unknown;
+  /** The class, for a class provider; the factory, for a factory provider. */
+  readonly metatype?: unknown;
+  /** True when `metatype` is not the instance's class (a factory, a value). */
+  readonly isNotMetatype?: boolean;
   readonly isTransient?: boolean;
   isDependencyTreeStatic?(): boolean;
 }
@@ -26,26 +30,34 @@ export interface ProviderLike {
 /**
  * The handlers `@WarrenConsumer` marked on the providers' and controllers' methods.
  * An instance reached through several tokens (an alias with `useExisting`) counts once.
+ * A request-scoped or transient provider has no one instance to call: its handlers are
+ * returned without a `handler`, with the `scope` that rules them out.
  */
 export function findHandlers(providers: Iterable<ProviderLike>, methodNames: (prototype: object) => readonly string[]): FoundHandler[] {
   const found: FoundHandler[] = [];
   const seen = new WeakSet<object>();
   for (const wrapper of providers) {
+    const scope = wrapper.isTransient === true ? 'transient' : wrapper.isDependencyTreeStatic?.() === false ? 'request-scoped' : undefined;
     const instance = wrapper.instance;
-    if (typeof instance !== 'object' || instance === null || seen.has(instance)) continue;
-    seen.add(instance);
-    const prototype = Object.getPrototypeOf(instance) as object | null;
-    if (prototype === null || prototype === Object.prototype) continue;
+    let prototype: object | null | undefined;
+    if (scope !== undefined) {
+      // Its static instance, if any, was never given its dependencies: read the class.
+      prototype = wrapper.isNotMetatype !== true && typeof wrapper.metatype === 'function' ? (wrapper.metatype.prototype as object) : undefined;
+    } else if (typeof instance === 'object' && instance !== null && !seen.has(instance)) {
+      seen.add(instance);
+      prototype = Object.getPrototypeOf(instance) as object | null;
+    }
+    if (prototype === undefined || prototype === null || prototype === Object.prototype || seen.has(prototype)) continue;
+    if (scope !== undefined) seen.add(prototype);
     for (const method of methodNames(prototype)) {
       const fn = (prototype as Record<string, unknown>)[method];
       if (typeof fn !== 'function') continue;
       const marks = Reflect.getMetadata(WARREN_CONSUMER, fn) as WarrenConsumerMetadata[] | undefined;
       if (marks === undefined) continue;
       const where = `${prototype.constructor.name}.${method}`;
-      // Only a singleton has one instance for the life of the application; a request-scoped
-      // or transient provider's static instance was never given its dependencies.
-      const scope = wrapper.isTransient === true ? 'transient' : wrapper.isDependencyTreeStatic?.() === false ? 'request-scoped' : undefined;
       const target = instance as Record<string, (payload: never, context: never) => unknown>;
+      // Called through the instance at each delivery: `this` is the provider, and a
+      // method replaced on the instance (a spy) is the one called.
       const handler: Handler<never, never> | undefined = scope === undefined ? (payload, context) => target[method]!(payload, context as never) : undefined;
       for (const mark of marks) found.push({ consumer: mark.consumer, where, options: mark.options, handler, ...(scope === undefined ? {} : { scope }) });
     }
@@ -91,7 +103,8 @@ export function matchHandlers(topology: Topology, handle: readonly string[] | un
           `or leave '${name}' out of the module's \`handle\` option if this application does not consume it (handle: [${handled.map((n) => `'${n}'`).join(', ')}]).`,
       );
     } else if (handlers.length > 1) {
-      problems.push(`consumer '${name}' has ${handlers.length} handlers: ${handlers.map((h) => h.where).join(', ')}. Keep one: each message of a consumer goes to one handler.`);
+      const twice = new Set(handlers.map((h) => h.where)).size < handlers.length ? ' (one class provided in several modules makes an instance in each: provide it in one module and export it)' : '';
+      problems.push(`consumer '${name}' has ${handlers.length} handlers: ${handlers.map((h) => h.where).join(', ')}${twice}. Keep one: each message of a consumer goes to one handler.`);
     } else if (first.handler !== undefined) {
       matched.set(name, { ...first, handler: first.handler });
     }
