@@ -250,7 +250,17 @@ describe('the example Nest shop', () => {
     let out = '';
     child.stdout.on('data', (c: Buffer) => (out += c.toString()));
     child.stderr.on('data', (c: Buffer) => (out += c.toString()));
-    await waitFor(() => /shop listening on (\S+)/.test(out), 'the shop to listen', 20_000);
+    // Generous: under load, loading Nest and compiling the sources with tsx takes tens of seconds.
+    await waitFor(
+      () => {
+        if (child.exitCode !== null || child.signalCode !== null) throw new Error(`the shop exited before listening:\n${out}`);
+        return /shop listening on (\S+)/.test(out);
+      },
+      'the shop to listen',
+      90_000,
+    ).catch((error: unknown) => {
+      throw new Error(`${String(error)}\nits output:\n${out}`);
+    });
     const base = /shop listening on (\S+)/.exec(out)?.[1] ?? '';
 
     for (const orderId of ['s-1', 's-2', 's-3']) {
@@ -269,5 +279,5 @@ describe('the example Nest shop', () => {
     expect(await depth(conn, s.billingQueue)).toBe(1);
     expect((await depth(conn, s.receiptsQueue)) + (await receipts(s)).length).toBe(2);
     expect(out).not.toMatch(/ERROR/);
-  }, 60_000);
+  }, 180_000);
 });
