@@ -82,7 +82,8 @@ async function receipts(s: Shop): Promise<Array<{ order_id: string; charge_id: s
   return rows as Array<{ order_id: string; charge_id: string; message_id: string }>;
 }
 
-describe('the example Nest shop', () => {
+// Each test starts a Nest application or two; on a loaded machine that alone takes seconds.
+describe('the example Nest shop', { timeout: 120_000 }, () => {
   it('handles a placed order: charged once, acked, its receipt written in the guard transaction', async () => {
     const s = await shop();
     const app = await startApp(s);
@@ -90,10 +91,10 @@ describe('the example Nest shop', () => {
 
     const messageId = await app.get(OrdersService).place({ orderId: 'o-1', amount: 1200 });
 
-    await waitFor(async () => (await receipts(s)).length === 1, 'the receipt of o-1');
+    await waitFor(async () => (await receipts(s)).length === 1, 'the receipt of o-1', 30_000);
     expect(await receipts(s)).toEqual([{ order_id: 'o-1', charge_id: `ch_${messageId}`, message_id: `${messageId}.paid` }]);
     expect(s.payments.calls).toEqual([{ orderId: 'o-1', idempotencyKey: messageId, status: 201 }]);
-    await waitFor(() => seen.get('receipts')?.length === 1 && seen.get('billing')?.length === 1, 'both messages acked');
+    await waitFor(() => seen.get('receipts')?.length === 1 && seen.get('billing')?.length === 1, 'both messages acked', 30_000);
     expect(seen.get('billing')).toMatchObject([{ kind: 'acked', messageId }]);
     expect(seen.get('receipts')).toMatchObject([{ kind: 'acked', messageId: `${messageId}.paid` }]);
     // The guard's marker rows, written in the same transactions as the handlers' work.
@@ -112,8 +113,8 @@ describe('the example Nest shop', () => {
 
     const messageId = await app.get(OrdersService).place({ orderId: 'o-2', amount: 990 });
 
-    await waitFor(async () => (await receipts(s)).length === 1, 'the receipt of o-2 after two failures');
-    await waitFor(() => seen.get('billing')?.length === 3, 'billing to ack o-2');
+    await waitFor(async () => (await receipts(s)).length === 1, 'the receipt of o-2 after two failures', 30_000);
+    await waitFor(() => seen.get('billing')?.length === 3, 'billing to ack o-2', 30_000);
     expect(s.payments.callsFor('o-2').map((c) => [c.status, c.idempotencyKey])).toEqual([
       [503, messageId],
       [503, messageId],
@@ -131,7 +132,7 @@ describe('the example Nest shop', () => {
 
     const messageId = await app.get(OrdersService).place({ orderId: 'o-3', amount: 5000 });
 
-    await waitFor(() => seen.get('billing')?.length === 1, 'billing to decide about o-3');
+    await waitFor(() => seen.get('billing')?.length === 1, 'billing to decide about o-3', 30_000);
     expect(seen.get('billing')).toMatchObject([{ kind: 'parked', messageId, attempts: 1 }]);
     const conn = await rawConnection();
     const parked = await drain(conn, s.parkedQueue);
@@ -154,12 +155,12 @@ describe('the example Nest shop', () => {
     for (let i = 1; i <= 6; i++) ids.set(`o-${i}`, await orders.place({ orderId: `o-${i}`, amount: 100 * i }));
 
     // billing runs two at a time (its decorator's concurrency): two charges are in flight.
-    await waitFor(() => s.payments.waiting === 2, 'two charges in flight');
+    await waitFor(() => s.payments.waiting === 2, 'two charges in flight', 30_000);
     let closed = false;
     const closing = app.close().then(() => (closed = true));
     const conn = await rawConnection();
     // The four never started are put back in the queue while the two still run.
-    await waitFor(async () => (await depth(conn, s.billingQueue)) === 4, 'the four orders not started back in the queue');
+    await waitFor(async () => (await depth(conn, s.billingQueue)) === 4, 'the four orders not started back in the queue', 30_000);
     expect(closed).toBe(false);
     s.payments.release();
     await closing;
@@ -176,7 +177,7 @@ describe('the example Nest shop', () => {
 
     // The next instance of the application handles the rest: every order charged once.
     const again = await startApp(s);
-    await waitFor(async () => (await receipts(s)).length === 6, 'all six receipts', 20_000);
+    await waitFor(async () => (await receipts(s)).length === 6, 'all six receipts', 30_000);
     expect(new Set(s.payments.calls.map((c) => c.orderId)).size).toBe(6);
     expect(s.payments.calls).toHaveLength(6);
     expect((await receipts(s)).map((r) => r.charge_id).sort()).toEqual([...ids.values()].map((id) => `ch_${id}`).sort());
@@ -193,7 +194,7 @@ describe('the example Nest shop', () => {
     await warren.publish('order.paid', paid, { messageId: 'm-7.paid' });
     await warren.publish('order.paid', paid, { messageId: 'm-7.paid' });
 
-    await waitFor(() => seen.get('receipts')?.length === 2, 'both copies handled');
+    await waitFor(() => seen.get('receipts')?.length === 2, 'both copies handled', 30_000);
     expect(seen.get('receipts')?.map((o) => o.kind)).toEqual(['acked', 'duplicate']);
     expect(await receipts(s)).toHaveLength(1);
   });
@@ -218,13 +219,13 @@ describe('the example Nest shop', () => {
 
     await proxy.cut();
     let down = await health();
-    await waitFor(async () => (down = await health()).status === 503, 'the health check to fail while the broker is cut off');
+    await waitFor(async () => (down = await health()).status === 503, 'the health check to fail while the broker is cut off', 30_000);
     expect(down.body.status).toBe('error');
     expect(down.body.details['rabbitmq']?.status).toBe('down');
     expect(down.body.details['rabbitmq']?.reasons?.map((r) => r.component)).toEqual(expect.arrayContaining(['connection', 'publish connection']));
 
     await proxy.restore();
-    await waitFor(async () => (await health()).status === 200, 'the health check to pass once reconnected', 15_000);
+    await waitFor(async () => (await health()).status === 200, 'the health check to pass once reconnected', 30_000);
   });
 
   it('SIGTERM with enableShutdownHooks drains like app.close(): the order in flight is charged and acked, the others wait in the queue', async () => {
@@ -267,10 +268,10 @@ describe('the example Nest shop', () => {
       const res = await fetch(`${base}/orders`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ orderId, amount: 100 }) });
       expect(res.status).toBe(202);
     }
-    await waitFor(() => s.payments.waiting === 2, 'two charges in flight in the child');
+    await waitFor(() => s.payments.waiting === 2, 'two charges in flight in the child', 30_000);
     child.kill('SIGTERM');
     const conn = await rawConnection();
-    await waitFor(async () => (await depth(conn, s.billingQueue)) === 1, 'the order not started back in the queue');
+    await waitFor(async () => (await depth(conn, s.billingQueue)) === 1, 'the order not started back in the queue', 30_000);
     expect(child.exitCode).toBeNull();
     s.payments.release();
 

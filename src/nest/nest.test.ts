@@ -68,7 +68,7 @@ class EmailOnly {
   send(): void {}
 }
 
-describe('start-up checks of the handlers against the topology', () => {
+describe('start-up checks of the handlers against the topology', { timeout: 60_000 }, () => {
   it('a consumer without a handler fails app.init() before connecting, naming it and the `handle` that would leave it out', async () => {
     const error = await startupError([WarrenModule.forRoot(options(offline))], [BillingOnly]);
     expect(error.code).toBe('CONSUMER_HANDLERS');
@@ -136,7 +136,7 @@ describe('start-up checks of the handlers against the topology', () => {
   });
 });
 
-describe('WarrenModule with a broker', () => {
+describe('WarrenModule with a broker', { timeout: 120_000 }, () => {
   it('binds handlers to their provider (its dependencies injected), injects Warren and Publisher by class and by decorator, and starts consuming on init', async () => {
     const topology = liveTopology();
 
@@ -179,7 +179,7 @@ describe('WarrenModule with a broker', () => {
 
     const { messageId } = await orders.publisher.publish('order.created', { id: 7 });
     const handlers = app.get(Handlers);
-    await waitFor(() => app.get(Ledger).entries.length === 1, 'the handler to run on its provider');
+    await waitFor(() => app.get(Ledger).entries.length === 1, 'the handler to run on its provider', 30_000);
     expect(app.get(Ledger).entries).toEqual(['charged 7']);
     expect(handlers.seen).toEqual([{ attempt: 1, messageId, tx: undefined }]);
   });
@@ -223,7 +223,7 @@ describe('WarrenModule with a broker', () => {
       }),
       Feature,
     ]);
-    await waitFor(() => handled.length === 1, 'the message published at bootstrap to be handled');
+    await waitFor(() => handled.length === 1, 'the message published at bootstrap to be handled', 30_000);
   });
 
   it('isGlobal: false: only a module that imports WarrenModule can inject Warren', async () => {
@@ -283,11 +283,11 @@ describe('WarrenModule with a broker', () => {
       [Slow],
     );
     await app.get(Warren).publish('order.created', { id: 1 });
-    await waitFor(() => outcomes.some((o) => o.kind === 'retried'), 'the billing handler to time out');
+    await waitFor(() => outcomes.some((o) => o.kind === 'retried'), 'the billing handler to time out', 30_000);
     const retried = outcomes.find((o) => o.kind === 'retried');
     expect(retried?.kind === 'retried' && retried.error).toBeInstanceOf(HandlerTimeoutError);
     // order.created also goes to email (order.*): the onOutcome of consumerDefaults saw it.
-    await waitFor(() => outcomes.some((o) => o.kind === 'acked'), 'email to ack');
+    await waitFor(() => outcomes.some((o) => o.kind === 'acked'), 'email to ack', 30_000);
   });
 });
 
