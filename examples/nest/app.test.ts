@@ -16,6 +16,7 @@ import { TcpProxy } from '../../src/store/testing/tcp-proxy.js';
 import { AMQP_URL, deleteTopology, depth, drain, onTeardown, PG_URL, rawConnection, uniqueName, waitFor } from '../../test/helpers.js';
 import { AppModule } from './app.module.js';
 import { ShopConfig, type ShopSettings } from './config.js';
+import { WarrenHealthIndicator } from '../../src/nest/terminus.js';
 import { OrdersService } from './orders.js';
 import { PaymentsApi } from './testing/payments-api.js';
 import { shopTopology } from './topology.js';
@@ -223,6 +224,8 @@ describe('the example Nest shop', { timeout: 120_000 }, () => {
     expect(down.body.status).toBe('error');
     expect(down.body.details['rabbitmq']?.status).toBe('down');
     expect(down.body.details['rabbitmq']?.reasons?.map((r) => r.component)).toEqual(expect.arrayContaining(['connection', 'publish connection']));
+    // Liveness stays up: restarting the process would not bring the broker back.
+    expect(await app.get(WarrenHealthIndicator).isHealthy('rabbitmq', { probe: 'live' })).toMatchObject({ rabbitmq: { status: 'up', ready: false, live: true } });
 
     await proxy.restore();
     await waitFor(async () => (await health()).status === 200, 'the health check to pass once reconnected', 30_000);
