@@ -255,14 +255,16 @@ export class PermanentError extends WarrenError {
  */
 export class HandlerTimeoutError extends WarrenError {
   readonly timeoutMs: number;
-  /** What did not settle: the handler, or the consumer's schema. */
-  readonly part: 'handler' | 'schema';
-  constructor(consumer: string, timeoutMs: number, part: 'handler' | 'schema' = 'handler') {
+  /** What did not settle: the handler, the consumer's schema, or its decoder. */
+  readonly part: 'handler' | 'schema' | 'decoder';
+  constructor(consumer: string, timeoutMs: number, part: 'handler' | 'schema' | 'decoder' = 'handler') {
     super(
       'HANDLER_TIMEOUT',
       part === 'handler'
         ? `Handler of consumer '${consumer}' did not settle within ${timeoutMs} ms; counted as a transient failure. Raise \`timeoutMs\` if the work is legitimately slow.`
-        : `The schema of consumer '${consumer}' did not finish validating within ${timeoutMs} ms; counted as a transient failure. Make its validate settle (an asynchronous check that waits on something), or raise \`timeoutMs\`.`,
+        : part === 'schema'
+          ? `The schema of consumer '${consumer}' did not finish validating within ${timeoutMs} ms; counted as a transient failure. Make its validate settle (an asynchronous check that waits on something), or raise \`timeoutMs\`.`
+          : `The decoder of consumer '${consumer}' did not finish decoding within ${timeoutMs} ms; counted as a transient failure. Make its decode settle, or raise \`timeoutMs\`.`,
     );
     this.timeoutMs = timeoutMs;
     this.part = part;
