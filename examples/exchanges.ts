@@ -77,9 +77,9 @@ for (const line of got.sort()) console.log(line);
 let refundServiceUp = false;
 const refundsSeen: string[] = [];
 // --- docs/exchanges.md, "Producers that are not warren" -------------------------------
-const refunds = await warren.consume<string>(
+const refunds = await warren.consume(
   `${run}.refunds`,
-  async (text, ctx) => {
+  async (text: string, ctx) => {
     refundsSeen.push(`${ctx.messageId}: ${text}`);
     if (text.includes('order=43') && !refundServiceUp) throw new Error('refund service answered 503');
   },
