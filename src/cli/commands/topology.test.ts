@@ -56,5 +56,5 @@ describe('warren topology with several exchanges', () => {
     const verified = await warren(['topology', 'verify'], { env });
     expect(verified.code, verified.stdout).toBe(0);
     expect(verified.stdout).toMatch(/The broker matches the declaration: exchanges .*\(default\)/);
-  });
+  }, 90_000); // six runs of the executable, each a Node start on a loaded machine
 });
