@@ -65,21 +65,21 @@ describe('message id from a producer that sets none', () => {
   it('from a header: a copy the broker redelivers after the work committed (its channel closed before the ack) is acked as a duplicate', async () => {
     const real = await sqliteGuard();
     let closeAfterCommit = true;
-    const consumerChannel: (() => { close(): Promise<void> } | undefined) | undefined;
+    const cut: { channel?: () => { close(): Promise<void> } | undefined } = {};
     // The real guard commits; then the consumer's channel closes before the consumer can ack.
     const guard: typeof real = Object.assign(Object.create(real) as typeof real, {
       run: async (...args: Parameters<typeof real.run>) => {
         const result = await real.run(...args);
         if (closeAfterCommit) {
           closeAfterCommit = false;
-          await consumerChannel?.()?.close();
+          await cut.channel?.()?.close();
         }
         return result;
       },
     });
     const t = await setup({ idempotency: guard, messageIdFrom: { header: 'x-request-id' } });
     // The consumer's channel is private; a test reaches it to cut it at the worst moment.
-    consumerChannel = () => (t.consumer as unknown as { channel: { close(): Promise<void> } | undefined }).channel;
+    cut.channel = () => (t.consumer as unknown as { channel: { close(): Promise<void> } | undefined }).channel;
     await t.send('{"n":1}', { headers: { 'x-request-id': 'req-r' } });
     await waitFor(() => t.consumer.stats.duplicate === 1, 'the redelivered copy to be acked as a duplicate');
     expect(t.seen.map((s) => s.id)).toEqual(['req-r']);
