@@ -6,6 +6,7 @@
 export type WarrenErrorCode =
   | 'INVALID_OPTION'
   | 'TOPOLOGY_DRIFT'
+  | 'EXCHANGE_NOT_FOUND'
   | 'UNROUTABLE'
   | 'PUBLISH_NACKED'
   | 'PUBLISH_NOT_CONFIRMED'
@@ -48,7 +49,8 @@ export class InvalidOptionError extends WarrenError {
  * One way in which an existing queue, exchange or binding differs from the declaration.
  * For a binding the broker has and the declaration does not name, `name` reads
  * `exchange -> queue with routing key K`, `argument` is `binding`, `expected` is
- * `undefined` and `actual` the routing key.
+ * `undefined` and `actual` the routing key. For a passive exchange that does not exist,
+ * `argument` is `exists`, `expected` true and `actual` false.
  */
 export interface TopologyDifference {
   /** Queue or exchange name; for a binding, the binding in words. */
@@ -64,6 +66,9 @@ export interface TopologyDifference {
 
 /** How to migrate a queue whose arguments cannot be changed in place. */
 export function migrationHint(diff: TopologyDifference): string {
+  if (diff.kind === 'exchange' && diff.argument === 'exists') {
+    return `Exchange '${diff.name}' is declared passive: another team owns it and warren never creates it. Ask its owner to declare it (or declare it yourself on a development broker), then declare the topology again.`;
+  }
   if (diff.kind === 'binding') {
     return `A binding the declaration does not name sends the consumer messages it may not expect. Add it to the declaration if it is wanted; else remove it yourself (rabbitmqadmin delete binding, or the management UI). warren never removes anything.`;
   }
@@ -87,7 +92,11 @@ export class TopologyDriftError extends WarrenError {
   readonly differences: readonly TopologyDifference[];
   constructor(differences: readonly TopologyDifference[], options?: { cause?: unknown }) {
     const lines = differences.map((d) =>
-      d.kind === 'binding' ? `binding ${d.name}: on the broker, not in the declaration` : `${d.kind} '${d.name}': ${d.argument} is ${show(d.actual)} on the broker, the declaration wants ${show(d.expected)}`,
+      d.kind === 'binding'
+        ? `binding ${d.name}: on the broker, not in the declaration`
+        : d.argument === 'exists'
+          ? `${d.kind} '${d.name}': does not exist, and it is passive (owned elsewhere): warren never creates it`
+          : `${d.kind} '${d.name}': ${d.argument} is ${show(d.actual)} on the broker, the declaration wants ${show(d.expected)}`,
     );
     const first = differences[0];
     super(
@@ -96,6 +105,26 @@ export class TopologyDriftError extends WarrenError {
       options,
     );
     this.differences = differences;
+  }
+}
+
+/**
+ * A passive exchange (declared `passive: true`: another team owns it) does not exist.
+ * warren never creates such an exchange, so the topology cannot be declared until it does.
+ */
+export class ExchangeNotFoundError extends WarrenError {
+  readonly exchange: string;
+  /** The consumers whose bindings need it. */
+  readonly consumers: readonly string[];
+  constructor(exchange: string, consumers: readonly string[], options?: { cause?: unknown }) {
+    const who = consumers.length ? ` Consumers bound to it: ${consumers.join(', ')}.` : '';
+    super(
+      'EXCHANGE_NOT_FOUND',
+      `Exchange '${exchange}' does not exist. The topology declares it passive (\`exchanges['${exchange}'].passive\`): another team owns it, so warren checks it and never creates it.${who} Ask its owner to declare it, or declare it yourself on a development broker (\`rabbitmqadmin declare exchange name=${exchange} type=topic durable=true\`), then start again; or check the name for a typo.`,
+      options,
+    );
+    this.exchange = exchange;
+    this.consumers = consumers;
   }
 }
 
@@ -227,14 +256,16 @@ export class PermanentError extends WarrenError {
  */
 export class HandlerTimeoutError extends WarrenError {
   readonly timeoutMs: number;
-  /** What did not settle: the handler, or the consumer's schema. */
-  readonly part: 'handler' | 'schema';
-  constructor(consumer: string, timeoutMs: number, part: 'handler' | 'schema' = 'handler') {
+  /** What did not settle: the handler, the consumer's schema, or its decoder. */
+  readonly part: 'handler' | 'schema' | 'decoder';
+  constructor(consumer: string, timeoutMs: number, part: 'handler' | 'schema' | 'decoder' = 'handler') {
     super(
       'HANDLER_TIMEOUT',
       part === 'handler'
         ? `Handler of consumer '${consumer}' did not settle within ${timeoutMs} ms; counted as a transient failure. Raise \`timeoutMs\` if the work is legitimately slow.`
-        : `The schema of consumer '${consumer}' did not finish validating within ${timeoutMs} ms; counted as a transient failure. Make its validate settle (an asynchronous check that waits on something), or raise \`timeoutMs\`.`,
+        : part === 'schema'
+          ? `The schema of consumer '${consumer}' did not finish validating within ${timeoutMs} ms; counted as a transient failure. Make its validate settle (an asynchronous check that waits on something), or raise \`timeoutMs\`.`
+          : `The decoder of consumer '${consumer}' did not finish decoding within ${timeoutMs} ms; counted as a transient failure. Make its decode settle, or raise \`timeoutMs\`.`,
     );
     this.timeoutMs = timeoutMs;
     this.part = part;

@@ -1,5 +1,20 @@
 export { Warren, type WarrenOptions } from './warren.js';
-export { defineTopology, TOPOLOGY_DEFAULTS, type Topology, type TopologyOptions, type ConsumerDeclaration, type ConsumerTopology, type RetryOptions, type QueueType } from './topology/declaration.js';
+export {
+  defineTopology,
+  TOPOLOGY_DEFAULTS,
+  type Topology,
+  type TopologyOptions,
+  type ConsumerDeclaration,
+  type ConsumerTopology,
+  type RetryOptions,
+  type QueueType,
+  type ExchangeType,
+  type ExchangeDeclaration,
+  type ExchangeTopology,
+  type BindingDeclaration,
+  type QueueBinding,
+  type ArgumentValue,
+} from './topology/declaration.js';
 export { topologySpec, consumerQueues, type TopologySpec, type QueueSpec, type ExchangeSpec, type BindingSpec } from './topology/plan.js';
 export { declareTopology, planTopology, verifyTopology, type TopologyPlan, type PlanEntry } from './topology/apply.js';
 export { BrokerConnection, backoffDelay, redactUrl, type ConnectionOptions } from './connection/index.js';
@@ -9,6 +24,8 @@ export { uuidv7 } from './publish/message-id.js';
 export { Consumer, CrashLoopError } from './consume/consumer.js';
 export type { ConsumerOptions, Handler, MessageContext, IdempotencyGuard, Outcome, ConsumerStats } from './consume/types.js';
 export type { StandardSchemaV1 } from './consume/schema.js';
+export type { Codec, Decoder } from './consume/decode.js';
+export type { MessageIdSource } from './consume/message-id.js';
 export { classifyFailure, type Classifier, type FailureKind } from './consume/classify.js';
 export { ManagementClient, type ManagementOptions, type QueueInfo } from './management/client.js';
 export { HEADER, type ParkReason } from './headers.js';

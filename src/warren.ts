@@ -127,7 +127,14 @@ export class Warren extends EventEmitter {
     }
   }
 
-  /** Publishes a JSON payload to the events exchange; resolves once confirmed. */
+  /**
+   * Publishes a JSON payload to the default exchange, or to `options.exchange`; resolves
+   * once confirmed.
+   *
+   * @example
+   * await warren.publish('order.created', { orderId: 42 });
+   * await warren.publish('invoice.send', { orderId: 42 }, { exchange: 'shop.commands' });
+   */
   publish(routingKey: string, payload: unknown, options?: PublishOptions): Promise<PublishReceipt> {
     return this.publisher.publish(routingKey, payload, options);
   }

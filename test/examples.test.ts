@@ -28,4 +28,14 @@ describe('examples', () => {
     expect(out).toMatch(/alice\s+pause\s+\{"tenant":"acme"\} → 10 rows/);
     expect(code).toBe(0);
   }, 60_000);
+
+  it('the exchanges tour: a missing passive exchange refused, five messages over four exchanges, a legacy producer deduplicated, parked and replayed to its consumer only', async () => {
+    const { code, out } = await run('exchanges.ts');
+    expect(out).toMatch(/connect refused: Exchange 'payments' does not exist\. The topology declares it passive/);
+    for (const line of ['archive <- documents', 'audit <- broadcast', 'billing <- broadcast', 'billing <- commands', 'billing <- events']) expect(out).toContain(line);
+    expect(out).toMatch(/refunds: 1 handled, 1 duplicate, 1 retried, 1 parked/);
+    expect(out).toMatch(/replayed 1; refunds handled 2; runs: req-1: refund order=42 café \| req-2: refund order=43 \| req-2: refund order=43 \| req-2: refund order=43/);
+    expect(out).toMatch(/the other consumers saw 5 messages, as before the replay/);
+    expect(code).toBe(0);
+  }, 60_000);
 });

@@ -71,9 +71,13 @@ export async function deleteTopology(topology: Topology): Promise<void> {
       await ch.deleteQueue(q.name).catch(() => undefined);
       await ch.close().catch(() => undefined);
     }
-    const ch = await conn.createChannel();
-    await ch.deleteExchange(topology.exchange).catch(() => undefined);
-    await ch.close().catch(() => undefined);
+    // Passive exchanges belong to someone else: the test that made one deletes it.
+    for (const ex of spec.exchanges) {
+      if (ex.passive) continue;
+      const ch = await conn.createChannel();
+      await ch.deleteExchange(ex.name).catch(() => undefined);
+      await ch.close().catch(() => undefined);
+    }
   } finally {
     await conn.close();
   }

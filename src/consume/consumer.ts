@@ -17,6 +17,8 @@ import { uuidv7 } from '../publish/message-id.js';
 import { checkPolicy, decideWait, DEFAULT_WAIT_ATTEMPTS, isWaitForCondition, recordedFailure, type RetryTablePolicy, type WaitDecision } from '../retry-table/wait.js';
 import { retryRow } from '../retry-table/row.js';
 import { classifyFailure } from './classify.js';
+import { bodyDecoder, codecFailure, DecodeFailure, type BodyDecoder } from './decode.js';
+import { messageIdReader, type MessageIdReader } from './message-id.js';
 import { formatIssues } from './schema.js';
 import { traceDelivery, type DeliveryTrace } from '../trace/index.js';
 import type { ConsumerOptions, ConsumerStats, Handler, MessageContext, Outcome } from './types.js';
@@ -26,6 +28,8 @@ const DEFAULTS = { prefetch: 20, concurrency: 10, timeoutMs: 60_000, shutdownTim
 interface Delivery {
   readonly msg: amqp.ConsumeMessage;
   readonly ch: amqp.Channel;
+  /** The id `messageIdFrom` found, for a message without a `message-id` property. */
+  foundId?: string;
   /** performance.now() when its processing started, for the outcome's `durationMs`. */
   started?: number;
   /** The delivery's consumer span, from the start of its processing to its outcome. */
@@ -82,9 +86,6 @@ function isEncodingError(error: unknown): boolean {
   }
   return false;
 }
-
-/** Body text, or undefined when the body is not valid UTF-8 (`toString` would quietly replace the bad bytes). */
-const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
 /** A header's value as a whole number at least `min`, or undefined: forged headers can hold anything. */
 function wholeNumber(value: unknown, min: number): number | undefined {
@@ -194,6 +195,8 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   private readonly storeOutageHoldMs: number;
   private readonly logger: Logger;
   private readonly retryQueueSet: ReadonlySet<string>;
+  private readonly decoder: BodyDecoder;
+  private readonly idReader: MessageIdReader | undefined;
   private channel: amqp.Channel | undefined;
   private consumerTag: string | undefined;
   private attaching: Promise<void> | undefined;
@@ -238,6 +241,11 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     }
     if (options.classify !== undefined && typeof options.classify !== 'function') throw new InvalidOptionError('classify', 'expected a function (error) => "permanent" | "transient" | undefined');
     if (options.idempotency !== undefined && typeof options.idempotency?.run !== 'function') throw new InvalidOptionError('idempotency', 'expected a guard with a `run(messageId, consumer, work)` method, such as `store.idempotency()`');
+    this.decoder = bodyDecoder(options.decoder);
+    this.idReader = messageIdReader(options.messageIdFrom);
+    if (this.idReader?.readsPayload && !this.decoder.structured) {
+      throw new InvalidOptionError('messageIdFrom', `${this.idReader.source} is read from the decoded payload, and the '${this.decoder.name}' decoder gives no fields`, "Use { header: name } or a function, or the 'json' decoder or a codec.");
+    }
     this.logger = options.logger === undefined ? toLogger(undefined) : guardedLogger(toLogger(options.logger));
     if (options.onOutcome !== undefined) {
       if (typeof options.onOutcome !== 'function') throw new InvalidOptionError('onOutcome', 'expected a function (outcome) => void');
@@ -464,7 +472,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   private async process(d: Delivery): Promise<void> {
     const { msg } = d;
     d.started = performance.now();
-    const messageId = msg.properties.messageId as string | undefined;
+    let messageId = msg.properties.messageId as string | undefined;
     const headers = (msg.properties.headers ?? {}) as Record<string, unknown>;
     const attempts = readAttempts(headers, this.retryQueueSet);
     if (attempts.warning) this.logger.warn('attempt count unreadable', { consumer: this.name, messageId, warning: attempts.warning });
@@ -473,8 +481,11 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     let payload: T | undefined;
     try {
       if (msg.fields.redelivered && (await this.guardCrashLoop(d, headers))) return;
-      const decoded = this.decode(msg, messageId);
-      payload = decoded instanceof Promise ? await decoded : decoded;
+      const body = this.decodeBody(msg);
+      const value: unknown = body instanceof Promise ? await body : body;
+      messageId = this.messageIdOf(d, value, messageId);
+      const checked = this.validatePayload(value);
+      payload = checked instanceof Promise ? await checked : checked;
       await trace.run(() => this.runHandler(d, payload as T, messageId, headers, attempts.failed));
     } catch (caught) {
       await this.fail(d, headers, inspectable(caught), payload, messageId, attempts.failed);
@@ -577,25 +588,44 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     return true;
   }
 
-  /** Parses (and validates, when there is a schema) the body; synchronous without a schema. */
-  private decode(msg: amqp.ConsumeMessage, messageId: string | undefined): T | Promise<T> {
-    let text: string;
-    try {
-      text = utf8.decode(msg.content);
-    } catch (error) {
-      throw new ParkNow('invalid-json', new InvalidPayloadError(`The body is not valid UTF-8, so it is not JSON; ${msg.content.length} bytes, content type ${msg.properties.contentType ?? 'not set'}.`, [], { cause: error }));
-    }
+  /**
+   * The body as the decoder reads it: synchronous for the built-in decoders; a codec's
+   * promise gets the handler's time. A body the decoder cannot read parks.
+   */
+  private decodeBody(msg: amqp.ConsumeMessage): unknown {
     let value: unknown;
     try {
-      value = JSON.parse(text);
+      value = this.decoder.decode(msg);
     } catch (error) {
-      throw new ParkNow('invalid-json', new InvalidPayloadError(`The body is not valid JSON (${errorText(error)}); ${msg.content.length} bytes, content type ${msg.properties.contentType ?? 'not set'}.`, [], { cause: error }));
+      if (error instanceof DecodeFailure) throw new ParkNow(error.reason, error.error);
+      throw error;
     }
-    if (messageId === undefined || messageId === '') {
-      if (this.options.idempotency) {
-        throw new ParkNow('missing-message-id', new InvalidPayloadError('The message has no message id, so the idempotency guard cannot tell a duplicate from new work. Publish with a message id (warren stamps one) and replay it.'));
-      }
-    }
+    if (!(value instanceof Promise)) return value;
+    return this.withinTimeout(value, 'decoder').catch((error: unknown) => {
+      if (error instanceof HandlerTimeoutError) throw error; // transient: the ladder takes it
+      const failure = codecFailure(this.decoder.name, msg, error);
+      throw new ParkNow(failure.reason, failure.error);
+    });
+  }
+
+  /**
+   * The message id: the producer's `message-id` property, else what `messageIdFrom` finds.
+   * With an idempotency guard, a message with neither is parked: a duplicate could not be
+   * told from new work.
+   */
+  private messageIdOf(d: Delivery, value: unknown, own: string | undefined): string | undefined {
+    if (own !== undefined && own !== '') return own;
+    const found = this.idReader?.read(d.msg, value);
+    if (found?.id !== undefined) return (d.foundId = found.id);
+    if (!this.options.idempotency) return this.idReader ? undefined : own;
+    const why = found
+      ? `The message has no message id: the producer set no message-id property, and ${found.why} (messageIdFrom: ${this.idReader?.source ?? ''}).`
+      : 'The message has no message id.';
+    throw new ParkNow('missing-message-id', new InvalidPayloadError(`${why} The idempotency guard cannot tell a duplicate from new work without one. Publish with a message id (warren stamps one)${found ? ', or fix messageIdFrom,' : ''} and replay it.`));
+  }
+
+  /** The payload the schema returns (or the value, without a schema); synchronous without a schema. */
+  private validatePayload(value: unknown): T | Promise<T> {
     const schema = this.options.schema;
     if (!schema) return value as T;
     return this.validate(schema, value);
@@ -624,9 +654,9 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
    * An asynchronous validate gets the handler's time: one that never settles would hold
    * the delivery until the broker's consumer timeout.
    */
-  private withinTimeout<R>(pending: Promise<R>): Promise<R> {
+  private withinTimeout<R>(pending: Promise<R>, part: 'schema' | 'decoder' = 'schema'): Promise<R> {
     return new Promise<R>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new HandlerTimeoutError(this.name, this.timeoutMs, 'schema')), this.timeoutMs);
+      const timer = setTimeout(() => reject(new HandlerTimeoutError(this.name, this.timeoutMs, part)), this.timeoutMs);
       pending.then(
         (value) => { clearTimeout(timer); resolve(value); },
         (error: unknown) => { clearTimeout(timer); reject(error); },
@@ -742,7 +772,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     }
     const origin = this.origin(d, headers);
     const row = retryRow({
-      messageId: messageId !== undefined && messageId !== '' ? messageId : uuidv7(),
+      messageId: messageId !== undefined && messageId !== '' ? messageId : (d.foundId ?? uuidv7()),
       content: d.msg.content,
       properties: d.msg.properties,
       headers: d.trace?.headers(headers) ?? headers,

@@ -2,6 +2,8 @@ import type * as amqp from 'amqplib';
 import type { Logger } from '../logger.js';
 import type { RetryTablePolicy } from '../retry-table/wait.js';
 import type { Classifier } from './classify.js';
+import type { Decoder } from './decode.js';
+import type { MessageIdSource } from './message-id.js';
 import type { StandardSchemaV1 } from './schema.js';
 
 /**
@@ -26,7 +28,7 @@ export interface IdempotencyGuard<Tx> {
 
 /** What a handler gets beside the payload. */
 export interface MessageContext<Tx = undefined> {
-  /** The producer's message id; the same across retries and replays. */
+  /** The producer's message id (or the one `messageIdFrom` found); the same across retries and replays. */
   readonly messageId: string | undefined;
   /** The routing key the message was first published with. */
   readonly routingKey: string;
@@ -62,7 +64,24 @@ export interface ConsumerOptions<T = unknown, Tx = undefined> {
    * @default 60000
    */
   timeoutMs?: number;
-  /** Validates the payload (any Standard Schema, e.g. zod); a failure parks at once. */
+  /**
+   * How the body becomes the payload: `'json'`, `'text'` (in the content type's charset,
+   * else UTF-8), `'buffer'` (a copy of the bytes), or a {@link Codec}. A body the decoder
+   * cannot read is parked at once (`invalid-json` for JSON, else `invalid-payload`, naming
+   * the decoder); retried and parked copies keep the original bytes and properties.
+   * @default 'json'
+   */
+  decoder?: Decoder;
+  /**
+   * Where the message id comes from when the producer did not set the `message-id`
+   * property (a producer that is not warren): `{ header: 'x-request-id' }`,
+   * `{ field: 'order.id' }` (in the decoded payload), or `(msg, payload) => id`. The
+   * handler's `ctx.messageId` and the idempotency guard use it. With a guard, a message
+   * whose id cannot be found there is parked (`missing-message-id`, naming the source).
+   * @default none: a message without the property has no id (parked when a guard is set)
+   */
+  messageIdFrom?: MessageIdSource;
+  /** Validates the payload (any Standard Schema, e.g. zod), after the decoder; a failure parks at once. */
   schema?: StandardSchemaV1<unknown, T>;
   /** Marks errors permanent or transient before warren's own rules. */
   classify?: Classifier;

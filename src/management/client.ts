@@ -99,8 +99,8 @@ export class ManagementClient {
     return this.get<BrokerBinding[]>(`/exchanges/${encodeURIComponent(this.vhost)}/${encodeURIComponent(name)}/bindings/source`);
   }
 
-  /** One exchange's type, or `undefined` when it does not exist. */
-  async exchange(name: string): Promise<{ name: string; type: string; durable: boolean } | undefined> {
+  /** One exchange's type, durability and arguments, or `undefined` when it does not exist. */
+  async exchange(name: string): Promise<{ name: string; type: string; durable: boolean; arguments?: Readonly<Record<string, unknown>> } | undefined> {
     return this.get(`/exchanges/${encodeURIComponent(this.vhost)}/${encodeURIComponent(name)}`);
   }
 }

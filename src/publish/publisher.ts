@@ -277,7 +277,8 @@ export class Publisher extends EventEmitter {
   }
 
   /**
-   * Publishes a JSON payload to the topology's exchange, stamped with a message id,
+   * Publishes a JSON payload to the topology's default exchange (or `options.exchange`:
+   * `publish('', payload, { exchange: 'shop.broadcast' })`), stamped with a message id,
    * the occurred-at time, JSON content type and persistent delivery; in a PRODUCER span
    * (ended at the confirm) when an OpenTelemetry SDK is registered.
    */

@@ -19,7 +19,11 @@ export interface PublishOptions {
   headers?: Record<string, unknown>;
   /** AMQP `type` property, e.g. the event name. */
   type?: string;
-  /** Overrides the topology's exchange. */
+  /**
+   * The exchange to publish to: any exchange of the topology (or another that exists).
+   * On a fanout or headers exchange the routing key may be `''`.
+   * @default the topology's default exchange (`exchange`)
+   */
   exchange?: string;
 }
 
@@ -32,15 +36,18 @@ export interface StampedMessage {
 
 /**
  * The one set of rules for a message warren sends, used by the publisher and the
- * outbox alike: a routing key of 1 to 255 characters, a JSON payload, a UUIDv7 id unless
+ * outbox alike: a routing key of 1 to 255 characters (0 to 255 with an explicit
+ * `exchange`, for a fanout or headers exchange), a JSON payload, a UUIDv7 id unless
  * given, the `warren-occurred-at` header, JSON content type, persistent delivery and the
  * AMQP timestamp in seconds, and the trace context (`traceparent`, when an OpenTelemetry
  * SDK is registered): `traceContext`'s, else the caller's active one. Bad input throws
  * {@link InvalidOptionError} naming it.
  */
 export function stampMessage(routingKey: string, payload: unknown, options: PublishOptions = {}, traceContext?: unknown): StampedMessage {
-  if (typeof routingKey !== 'string' || routingKey.length === 0 || routingKey.length > 255) {
-    throw new InvalidOptionError('routingKey', `${JSON.stringify(routingKey)} is not a routing key of 1 to 255 characters`);
+  // An empty key is a mistake on the default (topic) exchange, and normal on a fanout or headers one.
+  const min = options.exchange !== undefined ? 0 : 1;
+  if (typeof routingKey !== 'string' || routingKey.length < min || routingKey.length > 255) {
+    throw new InvalidOptionError('routingKey', `${JSON.stringify(routingKey)} is not a routing key of ${min} to 255 characters`, min === 1 ? "An empty key is accepted only with an explicit `exchange` option (a fanout or headers exchange)." : undefined);
   }
   let json: string;
   try {

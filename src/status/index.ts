@@ -148,7 +148,7 @@ export function findProblems(consumers: readonly ConsumerState[]): StatusProblem
 
 /**
  * Binding problems of these consumers: a declared binding the broker lacks, and a binding
- * from the topology's exchange to a work queue that the declaration does not name. A
+ * from one of the topology's exchanges to a work queue that the declaration does not name. A
  * consumer whose work queue is missing is skipped (its missing queue is the problem). Pure.
  */
 export function findBindingProblems(
@@ -167,7 +167,7 @@ export function findBindingProblems(
       consumer,
       queue: b.queue,
       kind: 'missing-binding',
-      message: `binding ${bindingName(b.exchange, b.queue, b.pattern)} is missing: those messages never reach ${consumer}; declare the topology (warren topology apply)`,
+      message: `binding ${bindingName(b.exchange, b.queue, b.pattern, b.arguments)} is missing: those messages never reach ${consumer}; declare the topology (warren topology apply)`,
     });
   }
   for (const b of diff.extra) {
@@ -175,7 +175,7 @@ export function findBindingProblems(
       consumer: present.get(b.destination) as string,
       queue: b.destination,
       kind: 'extra-binding',
-      message: `binding ${bindingName(b.source, b.destination, b.routing_key)} is not in the declaration; add it there, or remove it: ${unbindHint(b, vhost)}`,
+      message: `binding ${bindingName(b.source, b.destination, b.routing_key, b.arguments)} is not in the declaration; add it there, or remove it: ${unbindHint(b, vhost)}`,
     });
   }
   return problems;
@@ -200,8 +200,8 @@ export async function readStatus(model: amqp.ChannelModel, topology: Topology, o
   const [live, api] = await Promise.all([
     byAmqp(model, consumers),
     mgmt
-      ? Promise.all([mgmt.queues(), mgmt.exchangeBindings(topology.exchange)]).then(
-          ([queues, bindings]) => ({ queues: new Map(queues.map((q) => [q.name, q])), bindings: bindings ?? [], error: undefined }),
+      ? Promise.all([mgmt.queues(), Promise.all([...topology.exchanges.keys()].map((name) => mgmt.exchangeBindings(name)))]).then(
+          ([queues, bindings]) => ({ queues: new Map(queues.map((q) => [q.name, q])), bindings: bindings.flatMap((b) => b ?? []), error: undefined }),
           (error: unknown) => ({ queues: undefined, bindings: undefined, error: error instanceof Error ? error.message : String(error) }),
         )
       : Promise.resolve({ queues: undefined, bindings: undefined, error: 'no management API was given' }),

@@ -1,8 +1,8 @@
 import type * as amqp from 'amqplib';
-import { TopologyDriftError, type TopologyDifference } from '../errors.js';
+import { ExchangeNotFoundError, TopologyDriftError, type TopologyDifference } from '../errors.js';
 import type { ManagementClient } from '../management/client.js';
 import type { Topology } from './declaration.js';
-import { bindingName, diffBindings, diffArguments, topologySpec, unbindHint, type BindingSpec, type QueueSpec } from './plan.js';
+import { bindingName, diffBindings, diffArguments, topologySpec, unbindHint, type BindingSpec, type ExchangeSpec, type QueueSpec } from './plan.js';
 
 /** What a plan found for one exchange, queue or binding. */
 export interface PlanEntry {
@@ -12,11 +12,13 @@ export interface PlanEntry {
   /**
    * `create`: missing, would be created; `ok`: matches; `differs`: exists with other
    * arguments; `extra`: a binding to a work queue that the declaration does not name
-   * (never removed by warren; `hint` says how to remove it by hand).
+   * (never removed by warren; `hint` says how to remove it by hand); `missing`: a passive
+   * exchange (owned elsewhere) that does not exist, which warren never creates (`hint`
+   * says what to do).
    */
-  readonly status: 'create' | 'ok' | 'differs' | 'extra';
+  readonly status: 'create' | 'ok' | 'differs' | 'extra' | 'missing';
   readonly differences: readonly TopologyDifference[];
-  /** For an `extra` binding: the command that removes it, for a person to run. */
+  /** For an `extra` binding: the command that removes it; for a `missing` exchange: who must create it. */
   readonly hint?: string;
 }
 
@@ -25,7 +27,7 @@ export interface TopologyPlan {
   readonly entries: readonly PlanEntry[];
   /** Exchanges, queues and bindings that are missing (apply creates them). */
   readonly toCreate: readonly PlanEntry[];
-  /** Arguments that differ, and bindings the declaration does not name. */
+  /** Arguments that differ, bindings the declaration does not name, and passive exchanges that do not exist. */
   readonly drift: readonly TopologyDifference[];
   /** `management` reads every argument and the bindings; `amqp` learns only the first differing argument per queue. */
   readonly method: 'management' | 'amqp';
@@ -66,18 +68,47 @@ async function probeChannel(model: amqp.ChannelModel): Promise<amqp.Channel> {
   return ch;
 }
 
+/** The consumers whose bindings need an exchange, for an error that names them. */
+function consumersOf(topology: Topology, exchange: string): string[] {
+  return [...topology.consumers.values()].filter((c) => c.queueBindings.some((b) => b.exchange === exchange)).map((c) => c.name);
+}
+
 /**
- * Declares the exchange, every queue and binding of a topology. Idempotent: run it on
- * every start and reconnect. A queue that exists with other arguments raises a
- * {@link TopologyDriftError} naming the queue, the argument and both values; nothing is deleted.
+ * Checks that a passive exchange exists, on a channel of its own (a 404 closes the
+ * channel it happens on). Throws {@link ExchangeNotFoundError} when it does not.
+ */
+async function checkPassive(model: amqp.ChannelModel, topology: Topology, name: string): Promise<void> {
+  const ch = await probeChannel(model);
+  try {
+    await ch.checkExchange(name);
+  } catch (error) {
+    if (isChannelClosing(error, 404)) throw new ExchangeNotFoundError(name, consumersOf(topology, name), { cause: error });
+    throw error;
+  } finally {
+    await ch.close().catch(() => undefined);
+  }
+}
+
+function exchangeOptions(ex: ExchangeSpec): amqp.Options.AssertExchange {
+  return Object.keys(ex.arguments).length ? { durable: ex.durable, arguments: { ...ex.arguments } } : { durable: ex.durable };
+}
+
+/**
+ * Declares the exchanges, every queue and binding of a topology. Idempotent: run it on
+ * every start and reconnect. A queue or exchange that exists with other arguments raises
+ * a {@link TopologyDriftError} naming it, the argument and both values; nothing is
+ * deleted. A passive exchange is only checked: when it does not exist, an
+ * {@link ExchangeNotFoundError} names it and nothing of the topology is declared.
  */
 export async function declareTopology(model: amqp.ChannelModel, topology: Topology, only?: string): Promise<void> {
   const spec = topologySpec(topology);
+  for (const ex of spec.exchanges) if (ex.passive) await checkPassive(model, topology, ex.name);
   const ch = await probeChannel(model);
   try {
     for (const ex of spec.exchanges) {
+      if (ex.passive) continue;
       try {
-        await ch.assertExchange(ex.name, ex.type, { durable: true });
+        await ch.assertExchange(ex.name, ex.type ?? 'topic', exchangeOptions(ex));
       } catch (error) {
         throw asDrift(error, { kind: 'exchange', name: ex.name }) ?? error;
       }
@@ -92,32 +123,46 @@ export async function declareTopology(model: amqp.ChannelModel, topology: Topolo
     }
     for (const b of spec.bindings) {
       if (only !== undefined && topology.consumer(only).queue !== b.queue) continue;
-      await ch.bindQueue(b.queue, b.exchange, b.pattern);
+      await ch.bindQueue(b.queue, b.exchange, b.pattern, b.arguments === undefined ? undefined : { ...b.arguments });
     }
   } finally {
     await ch.close().catch(() => undefined);
   }
 }
 
-async function planByAmqp(model: amqp.ChannelModel, queues: readonly QueueSpec[], exchange: string): Promise<PlanEntry[]> {
+/** The plan entry of a passive exchange that does not exist. */
+function missingPassive(topology: Topology, name: string): PlanEntry {
+  const error = new ExchangeNotFoundError(name, consumersOf(topology, name));
+  return { kind: 'exchange', name, status: 'missing', differences: [{ kind: 'exchange', name, argument: 'exists', expected: true, actual: false }], hint: error.message };
+}
+
+async function planByAmqp(model: amqp.ChannelModel, topology: Topology, exchanges: readonly ExchangeSpec[], queues: readonly QueueSpec[]): Promise<PlanEntry[]> {
   const entries: PlanEntry[] = [];
   let ch = await probeChannel(model);
   try {
-    try {
-      await ch.checkExchange(exchange);
+    for (const ex of exchanges) {
       try {
-        await ch.assertExchange(exchange, 'topic', { durable: true });
-        entries.push({ kind: 'exchange', name: exchange, status: 'ok', differences: [] });
+        await ch.checkExchange(ex.name);
       } catch (error) {
-        const drift = asDrift(error, { kind: 'exchange', name: exchange });
+        if (!isChannelClosing(error, 404)) throw error;
+        entries.push(ex.passive ? missingPassive(topology, ex.name) : { kind: 'exchange', name: ex.name, status: 'create', differences: [] });
+        ch = await probeChannel(model);
+        continue;
+      }
+      // A passive exchange is never declared, not even to compare it.
+      if (ex.passive) {
+        entries.push({ kind: 'exchange', name: ex.name, status: 'ok', differences: [] });
+        continue;
+      }
+      try {
+        await ch.assertExchange(ex.name, ex.type ?? 'topic', exchangeOptions(ex));
+        entries.push({ kind: 'exchange', name: ex.name, status: 'ok', differences: [] });
+      } catch (error) {
+        const drift = asDrift(error, { kind: 'exchange', name: ex.name });
         if (!drift) throw error;
-        entries.push({ kind: 'exchange', name: exchange, status: 'differs', differences: drift.differences });
+        entries.push({ kind: 'exchange', name: ex.name, status: 'differs', differences: drift.differences });
         ch = await probeChannel(model);
       }
-    } catch (error) {
-      if (!isChannelClosing(error, 404)) throw error;
-      entries.push({ kind: 'exchange', name: exchange, status: 'create', differences: [] });
-      ch = await probeChannel(model);
     }
     for (const q of queues) {
       try {
@@ -145,25 +190,42 @@ async function planByAmqp(model: amqp.ChannelModel, queues: readonly QueueSpec[]
   return entries;
 }
 
-async function planBindings(api: ManagementClient, bindings: readonly BindingSpec[], exchange: string, exchangeExists: boolean): Promise<PlanEntry[]> {
-  const actual = exchangeExists ? ((await api.exchangeBindings(exchange)) ?? []) : [];
+async function planBindings(api: ManagementClient, bindings: readonly BindingSpec[], existing: readonly string[]): Promise<PlanEntry[]> {
+  const actual = (await Promise.all(existing.map(async (name) => (await api.exchangeBindings(name)) ?? []))).flat();
   const diff = diffBindings(bindings, actual);
   const missing = new Set(diff.missing);
-  const entries: PlanEntry[] = bindings.map((b) => ({ kind: 'binding', name: bindingName(b.exchange, b.queue, b.pattern), status: missing.has(b) ? 'create' : 'ok', differences: [] }));
+  const entries: PlanEntry[] = bindings.map((b) => ({ kind: 'binding', name: bindingName(b.exchange, b.queue, b.pattern, b.arguments), status: missing.has(b) ? 'create' : 'ok', differences: [] }));
   for (const b of diff.extra) {
-    const name = bindingName(b.source, b.destination, b.routing_key) + (Object.keys(b.arguments ?? {}).length ? ` and arguments ${JSON.stringify(b.arguments)}` : '');
+    const name = bindingName(b.source, b.destination, b.routing_key, b.arguments);
     const difference: TopologyDifference = { kind: 'binding', name, argument: 'binding', expected: undefined, actual: b.routing_key };
     entries.push({ kind: 'binding', name, status: 'extra', differences: [difference], hint: unbindHint(b, api.vhost) });
   }
   return entries;
 }
 
-async function planByManagement(api: ManagementClient, queues: readonly QueueSpec[], exchange: string, bindings: readonly BindingSpec[]): Promise<PlanEntry[]> {
+/** How an exchange on the broker differs from its declaration: type, durability, arguments. A passive one only by type, when one was given. */
+function exchangeDifferences(ex: ExchangeSpec, info: { type: string; durable: boolean; arguments?: Readonly<Record<string, unknown>> }): TopologyDifference[] {
+  const out: TopologyDifference[] = [];
+  if (ex.type !== undefined && info.type !== ex.type) out.push({ kind: 'exchange', name: ex.name, argument: 'type', expected: ex.type, actual: info.type });
+  if (ex.passive) return out;
+  if (info.durable !== ex.durable) out.push({ kind: 'exchange', name: ex.name, argument: 'durable', expected: ex.durable, actual: info.durable });
+  for (const d of diffArguments(ex.arguments, info.arguments ?? {})) out.push({ kind: 'exchange', name: ex.name, ...d });
+  return out;
+}
+
+async function planByManagement(api: ManagementClient, topology: Topology, exchanges: readonly ExchangeSpec[], queues: readonly QueueSpec[], bindings: readonly BindingSpec[]): Promise<PlanEntry[]> {
   const entries: PlanEntry[] = [];
-  const ex = await api.exchange(exchange);
-  if (!ex) entries.push({ kind: 'exchange', name: exchange, status: 'create', differences: [] });
-  else if (ex.type !== 'topic') entries.push({ kind: 'exchange', name: exchange, status: 'differs', differences: [{ kind: 'exchange', name: exchange, argument: 'type', expected: 'topic', actual: ex.type }] });
-  else entries.push({ kind: 'exchange', name: exchange, status: 'ok', differences: [] });
+  const existing: string[] = [];
+  for (const ex of exchanges) {
+    const info = await api.exchange(ex.name);
+    if (!info) {
+      entries.push(ex.passive ? missingPassive(topology, ex.name) : { kind: 'exchange', name: ex.name, status: 'create', differences: [] });
+      continue;
+    }
+    existing.push(ex.name);
+    const differences = exchangeDifferences(ex, info);
+    entries.push({ kind: 'exchange', name: ex.name, status: differences.length ? 'differs' : 'ok', differences });
+  }
   for (const q of queues) {
     const info = await api.queue(q.name);
     if (!info) {
@@ -174,26 +236,28 @@ async function planByManagement(api: ManagementClient, queues: readonly QueueSpe
     if (info.durable === false) differences.push({ kind: 'queue', name: q.name, argument: 'durable', expected: true, actual: false });
     entries.push({ kind: 'queue', name: q.name, status: differences.length ? 'differs' : 'ok', differences });
   }
-  entries.push(...(await planBindings(api, bindings, exchange, ex !== undefined)));
+  entries.push(...(await planBindings(api, bindings, existing)));
   return entries;
 }
 
 /**
  * Compares the broker with the declaration and reports what would be created and
  * what differs, changing nothing. Uses the management API when given (every
- * argument is compared, and the bindings: missing ones are to create, a binding from the
- * exchange to a work queue that the declaration does not name is drift), else AMQP (the
- * first differing argument of each queue; bindings unchecked, see `bindingsChecked`).
+ * argument is compared, and the bindings: missing ones are to create, a binding from one
+ * of the topology's exchanges to a work queue that the declaration does not name is
+ * drift), else AMQP (the first differing argument of each queue and exchange; bindings
+ * unchecked, see `bindingsChecked`). A passive exchange that does not exist is `missing`,
+ * and drift: warren never creates it.
  */
 export async function planTopology(model: amqp.ChannelModel, topology: Topology, management?: ManagementClient): Promise<TopologyPlan> {
   const spec = topologySpec(topology);
   let entries: PlanEntry[];
   let method: TopologyPlan['method'] = 'amqp';
   if (management && (await management.available())) {
-    entries = await planByManagement(management, spec.queues, topology.exchange, spec.bindings);
+    entries = await planByManagement(management, topology, spec.exchanges, spec.queues, spec.bindings);
     method = 'management';
   } else {
-    entries = await planByAmqp(model, spec.queues, topology.exchange);
+    entries = await planByAmqp(model, topology, spec.exchanges, spec.queues);
   }
   return {
     entries,

@@ -18,10 +18,74 @@ export interface RetryOptions {
   maxAttempts?: number;
 }
 
+/** The exchange types RabbitMQ has built in. */
+export type ExchangeType = 'topic' | 'direct' | 'fanout' | 'headers';
+
+/** A value a binding or exchange argument may hold. */
+export type ArgumentValue = string | number | boolean;
+
+/**
+ * One exchange of the topology besides the default one (or the default one, to give it
+ * arguments or make it passive).
+ *
+ * @example
+ * exchanges: {
+ *   'shop.commands': { type: 'direct' },
+ *   'shop.broadcast': { type: 'fanout' },
+ *   'payments.events': { passive: true }, // owned by the payments team
+ * }
+ */
+export interface ExchangeDeclaration {
+  /**
+   * Omitted on a passive exchange, its type is not checked.
+   * @default 'topic'
+   */
+  type?: ExchangeType;
+  /** @default true */
+  durable?: boolean;
+  /** Exchange arguments, e.g. `{ 'alternate-exchange': 'shop.unrouted' }`. @default none */
+  arguments?: Readonly<Record<string, ArgumentValue>>;
+  /**
+   * Another team owns the exchange: warren checks that it exists (a passive declare, on a
+   * channel of its own) and binds to it, but never declares it. If it does not exist,
+   * declaring the topology fails with {@link ExchangeNotFoundError} naming it.
+   * @default false
+   */
+  passive?: boolean;
+}
+
+/**
+ * A binding of a consumer's work queue to a named exchange. On a topic or direct exchange
+ * give `keys`; on a headers exchange give `headers` (and `match`); on a fanout exchange
+ * neither.
+ *
+ * @example
+ * { exchange: 'shop.commands', keys: ['invoice.send'] }
+ * { exchange: 'shop.broadcast' }
+ * { exchange: 'shop.documents', headers: { format: 'pdf', region: 'eu' }, match: 'all' }
+ */
+export interface BindingDeclaration {
+  /** A name from the topology: `exchange` or a key of `exchanges`. */
+  exchange: string;
+  /** Routing keys or patterns (topic syntax on a topic exchange: `*` one word, `#` any). */
+  keys?: readonly string[];
+  /** Header values a message must carry (headers exchange). Names must not start with `x-`. */
+  headers?: Readonly<Record<string, ArgumentValue>>;
+  /**
+   * Whether every header must match, or any one of them.
+   * @default 'all'
+   */
+  match?: 'all' | 'any';
+}
+
 /** One consumer: its work queue, bindings, retry ladder and parked queue. */
 export interface ConsumerDeclaration {
-  /** Routing-key patterns (topic syntax: `*` one word, `#` any) bound to the work queue. */
-  bindings: readonly string[];
+  /**
+   * What is bound to the work queue: a string is a routing-key pattern on the default
+   * exchange (topic syntax: `*` one word, `#` any); a {@link BindingDeclaration} binds to
+   * any exchange of the topology.
+   */
+  bindings: ReadonlyArray<string | BindingDeclaration>;
   /**
    * Work queue name; retry and parked queues are named after it.
    * @default the consumer's name
@@ -43,10 +107,17 @@ export interface ConsumerDeclaration {
 /** The whole topology, declared once in code and shared by the app, the CLI and tests. */
 export interface TopologyOptions {
   /**
-   * The topic exchange producers publish to.
+   * The default exchange: what `publish()` uses without an `exchange` option, and what a
+   * string binding binds to. A topic exchange unless `exchanges` names it with another type.
    * @default 'warren.events'
    */
   exchange?: string;
+  /**
+   * Further exchanges by name (or the default one, to set its options). Each is declared
+   * with the topology, except a `passive` one, which is only checked.
+   * @default none
+   */
+  exchanges?: Readonly<Record<string, ExchangeDeclaration>>;
   /** @default 'classic' */
   queueType?: QueueType;
   /** Retry defaults for every consumer. */
@@ -57,11 +128,33 @@ export interface TopologyOptions {
   consumers: Readonly<Record<string, ConsumerDeclaration>>;
 }
 
+/** An exchange after validation and defaults. */
+export interface ExchangeTopology {
+  readonly name: string;
+  /** Undefined only for a passive exchange declared without a type (not checked). */
+  readonly type: ExchangeType | undefined;
+  readonly durable: boolean;
+  readonly arguments: Readonly<Record<string, ArgumentValue>>;
+  readonly passive: boolean;
+}
+
+/** One binding of a work queue, after validation. */
+export interface QueueBinding {
+  readonly exchange: string;
+  /** The routing key or pattern; `''` on a fanout or headers exchange. */
+  readonly key: string;
+  /** Binding arguments: `x-match` and the header values on a headers exchange; else empty. */
+  readonly arguments: Readonly<Record<string, ArgumentValue>>;
+}
+
 /** A consumer after validation and defaults. */
 export interface ConsumerTopology {
   readonly name: string;
   readonly queue: string;
+  /** The routing-key patterns bound on the default exchange (the string bindings). */
   readonly bindings: readonly string[];
+  /** Every binding of the work queue, on any exchange, in declaration order. */
+  readonly queueBindings: readonly QueueBinding[];
   readonly queueType: QueueType;
   readonly delaysMs: readonly number[];
   readonly retryQueues: readonly string[];
@@ -72,7 +165,10 @@ export interface ConsumerTopology {
 
 /** A validated, frozen topology. Make one with {@link defineTopology}. */
 export interface Topology {
+  /** The default exchange. */
   readonly exchange: string;
+  /** Every exchange, the default one first. */
+  readonly exchanges: ReadonlyMap<string, ExchangeTopology>;
   readonly consumers: ReadonlyMap<string, ConsumerTopology>;
   /** The consumer of that name; throws {@link UnknownConsumerError} listing the known ones. */
   consumer(name: string): ConsumerTopology;
@@ -114,14 +210,16 @@ function checkQueueType(value: unknown, option: string): QueueType {
 
 /** The keys each level of a declaration takes, in the order the docs list them. */
 const KNOWN_KEYS = {
-  topology: ['exchange', 'queueType', 'retry', 'crashLimit', 'consumers'],
+  topology: ['exchange', 'exchanges', 'queueType', 'retry', 'crashLimit', 'consumers'],
   consumer: ['bindings', 'queue', 'retry', 'queueType', 'crashLimit'],
   retry: ['delays', 'maxAttempts'],
+  exchange: ['type', 'durable', 'arguments', 'passive'],
+  binding: ['exchange', 'keys', 'headers', 'match'],
 } as const;
 
 type Level = keyof typeof KNOWN_KEYS;
 
-const LEVEL_NAMES: Record<Level, string> = { topology: 'the topology', consumer: 'the consumer', retry: 'retry' };
+const LEVEL_NAMES: Record<Level, string> = { topology: 'the topology', consumer: 'the consumer', retry: 'retry', exchange: 'an exchange', binding: 'a binding' };
 
 /** Edit distance, case-insensitive: how many letters to add, remove or change. */
 export function distance(a: string, b: string): number {
@@ -149,7 +247,7 @@ function checkKeys(value: object, level: Level, at: string): void {
     if (known.includes(key)) continue;
     const where = at === '' ? 'the topology' : at;
     const option = at === '' ? key : `${at}.${key}`;
-    const owners = (['consumer', 'topology', 'retry'] as const).filter((l) => l !== level && (KNOWN_KEYS[l] as readonly string[]).includes(key));
+    const owners = (['consumer', 'topology', 'retry', 'exchange', 'binding'] as const).filter((l) => l !== level && (KNOWN_KEYS[l] as readonly string[]).includes(key));
     if (owners.length) {
       throw new InvalidOptionError(option, `${key} is not an option of ${where}`, `${key} belongs to ${owners.map((l) => LEVEL_NAMES[l]).join(' or ')}, not to ${LEVEL_NAMES[level]}.`);
     }
@@ -157,6 +255,123 @@ function checkKeys(value: object, level: Level, at: string): void {
     const close = best !== undefined && best.d <= Math.max(2, Math.floor(key.length / 3));
     throw new InvalidOptionError(option, `${key} is not an option of ${where}`, close ? `Did you mean ${best.k}? Known options: ${known.join(', ')}.` : `Known options: ${known.join(', ')}.`);
   }
+}
+
+const EXCHANGE_TYPES: readonly ExchangeType[] = ['topic', 'direct', 'fanout', 'headers'];
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+function checkArguments(value: unknown, option: string, what: string): Record<string, ArgumentValue> {
+  if (value === undefined) return {};
+  if (!isPlainObject(value)) throw new InvalidOptionError(option, `expected an object of ${what}`);
+  const out: Record<string, ArgumentValue> = {};
+  for (const [k, v] of Object.entries(value)) {
+    if (k.length === 0 || Buffer.byteLength(k, 'utf8') > 255) throw new InvalidOptionError(`${option}.${k}`, 'a name of 1 to 255 bytes is needed');
+    if (typeof v !== 'string' && typeof v !== 'boolean' && !(typeof v === 'number' && Number.isFinite(v))) {
+      throw new InvalidOptionError(`${option}.${k}`, `${JSON.stringify(v)} is not a string, finite number or boolean`);
+    }
+    out[k] = v;
+  }
+  return out;
+}
+
+/** The exchanges of a topology, the default one first. */
+function checkExchanges(options: TopologyOptions, defaultName: string): Map<string, ExchangeTopology> {
+  const declared = options.exchanges ?? {};
+  if (!isPlainObject(declared)) throw new InvalidOptionError('exchanges', "expected an object of exchanges by name, e.g. { 'shop.commands': { type: 'direct' } }");
+  const out = new Map<string, ExchangeTopology>();
+  const names = [defaultName, ...Object.keys(declared).filter((n) => n !== defaultName)];
+  for (const name of names) {
+    const at = `exchanges.${name}`;
+    const decl: unknown = declared[name] ?? {};
+    if (!isPlainObject(decl)) throw new InvalidOptionError(at, 'expected an object such as { type: \'direct\' }');
+    checkKeys(decl, 'exchange', at);
+    const passive = decl['passive'] ?? false;
+    if (typeof passive !== 'boolean') throw new InvalidOptionError(`${at}.passive`, `${JSON.stringify(passive)} is not true or false`);
+    // RabbitMQ refuses to declare an `amq.` exchange, but its built-in ones can be checked and bound to.
+    if (name !== defaultName && !(passive && name.startsWith('amq.') && NAME.test(name))) checkName(name, at);
+    const rawType = decl['type'] ?? (passive ? undefined : 'topic');
+    if (rawType !== undefined && !EXCHANGE_TYPES.includes(rawType as ExchangeType)) {
+      throw new InvalidOptionError(`${at}.type`, `${JSON.stringify(rawType)} is not an exchange type`, `Use one of ${EXCHANGE_TYPES.map((t) => `'${t}'`).join(', ')}.`);
+    }
+    const type = rawType as ExchangeType | undefined;
+    if (name === defaultName && (type === 'fanout' || type === 'headers')) {
+      throw new InvalidOptionError(`${at}.type`, `the default exchange '${name}' cannot be a ${type} exchange: string bindings and publish() route by routing key there`, "Make it 'topic' or 'direct', and declare the fanout or headers exchange under another name.");
+    }
+    const durable = decl['durable'] ?? true;
+    if (typeof durable !== 'boolean') throw new InvalidOptionError(`${at}.durable`, `${JSON.stringify(durable)} is not true or false`);
+    out.set(name, Object.freeze({ name, type, durable, arguments: Object.freeze(checkArguments(decl['arguments'], `${at}.arguments`, 'exchange arguments')), passive }));
+  }
+  return out;
+}
+
+/** A consumer's bindings, each checked against the type of its exchange. */
+function checkBindings(entries: unknown, at: string, exchanges: ReadonlyMap<string, ExchangeTopology>, defaultName: string): { keys: string[]; bindings: QueueBinding[] } {
+  if (!Array.isArray(entries) || entries.length === 0) {
+    throw new InvalidOptionError(`${at}.bindings`, 'expected a non-empty array of routing-key patterns or { exchange, keys | headers } bindings', "Example: ['order.created', { exchange: 'shop.commands', keys: ['invoice.send'] }]");
+  }
+  const keys: string[] = [];
+  const bindings: QueueBinding[] = [];
+  const seen = new Set<string>();
+  const add = (b: QueueBinding, option: string): void => {
+    const id = JSON.stringify([b.exchange, b.key, Object.entries(b.arguments).sort(([x], [y]) => (x < y ? -1 : 1))]);
+    if (seen.has(id)) throw new InvalidOptionError(option, 'repeats a binding given before', 'Name each binding once.');
+    seen.add(id);
+    bindings.push(Object.freeze(b));
+  };
+  const checkKey = (k: unknown, option: string): string => {
+    if (typeof k !== 'string' || !BINDING.test(k) || Buffer.byteLength(k, 'utf8') > 255) throw new InvalidOptionError(option, `${JSON.stringify(k)} is not a routing-key pattern`);
+    return k;
+  };
+  (entries as unknown[]).forEach((entry, i) => {
+    const option = `${at}.bindings[${i}]`;
+    if (typeof entry === 'string') {
+      keys.push(checkKey(entry, option));
+      add({ exchange: defaultName, key: entry, arguments: Object.freeze({}) }, option);
+      return;
+    }
+    if (!isPlainObject(entry)) throw new InvalidOptionError(option, `${JSON.stringify(entry)} is not a routing-key pattern or a { exchange, keys | headers } binding`);
+    checkKeys(entry, 'binding', option);
+    const name = entry['exchange'];
+    const exchange = typeof name === 'string' ? exchanges.get(name) : undefined;
+    if (exchange === undefined) {
+      throw new InvalidOptionError(`${option}.exchange`, `${JSON.stringify(name)} is not an exchange of the topology (known: ${[...exchanges.keys()].join(', ')})`, 'Declare it under `exchanges` (with `passive: true` if another team owns it).');
+    }
+    const hasKeys = entry['keys'] !== undefined;
+    const hasHeaders = entry['headers'] !== undefined || entry['match'] !== undefined;
+    const type = exchange.type;
+    if (hasKeys && hasHeaders) throw new InvalidOptionError(option, 'gives both `keys` and `headers`', 'Keys bind on a topic or direct exchange, headers on a headers exchange: give one.');
+    if ((type === 'topic' || type === 'direct') && !hasKeys) throw new InvalidOptionError(`${option}.keys`, `the ${type} exchange '${exchange.name}' routes by key, and no keys were given`, "Example: { exchange: '" + exchange.name + "', keys: ['order.created'] }");
+    if (type === 'headers' && !hasHeaders) throw new InvalidOptionError(`${option}.headers`, `the headers exchange '${exchange.name}' routes by headers, and none were given`, "Example: { exchange: '" + exchange.name + "', headers: { format: 'pdf' } }");
+    if (type === 'fanout' && (hasKeys || hasHeaders)) throw new InvalidOptionError(option, `the fanout exchange '${exchange.name}' sends every message to every bound queue; keys and headers mean nothing there`, `Write { exchange: '${exchange.name}' }.`);
+    if (type === 'headers' && hasKeys) throw new InvalidOptionError(`${option}.keys`, `the headers exchange '${exchange.name}' ignores routing keys`, 'Give `headers` instead.');
+    if ((type === 'topic' || type === 'direct') && hasHeaders) throw new InvalidOptionError(`${option}.headers`, `the ${type} exchange '${exchange.name}' ignores headers`, 'Give `keys` instead.');
+    if (hasKeys) {
+      const list = entry['keys'];
+      if (!Array.isArray(list) || list.length === 0) throw new InvalidOptionError(`${option}.keys`, 'expected a non-empty array of routing-key patterns');
+      list.forEach((k, j) => {
+        const key = checkKey(k, `${option}.keys[${j}]`);
+        if (exchange.name === defaultName) keys.push(key);
+        add({ exchange: exchange.name, key, arguments: Object.freeze({}) }, `${option}.keys[${j}]`);
+      });
+      return;
+    }
+    if (hasHeaders) {
+      const headers = checkArguments(entry['headers'], `${option}.headers`, 'header values');
+      if (Object.keys(headers).length === 0) throw new InvalidOptionError(`${option}.headers`, 'expected at least one header to match');
+      for (const h of Object.keys(headers)) {
+        if (h.toLowerCase().startsWith('x-')) throw new InvalidOptionError(`${option}.headers.${h}`, 'a header name starting with `x-` is not matched by a headers exchange');
+      }
+      const match = entry['match'] ?? 'all';
+      if (match !== 'all' && match !== 'any') throw new InvalidOptionError(`${option}.match`, `${JSON.stringify(match)} is not 'all' or 'any'`);
+      add({ exchange: exchange.name, key: '', arguments: Object.freeze({ 'x-match': match, ...headers }) }, option);
+      return;
+    }
+    add({ exchange: exchange.name, key: '', arguments: Object.freeze({}) }, option);
+  });
+  return { keys, bindings };
 }
 
 /**
@@ -167,9 +382,11 @@ function checkKeys(value: object, level: Level, at: string): void {
  * @example
  * export const topology = defineTopology({
  *   exchange: 'shop.events',
+ *   exchanges: { 'shop.commands': { type: 'direct' }, 'payments.events': { passive: true } },
  *   consumers: {
  *     billing: { bindings: ['order.created'], retry: { delays: ['5s', '1m', '10m'], maxAttempts: 6 } },
- *     email: { bindings: ['order.*'] },
+ *     email: { bindings: ['order.*', { exchange: 'shop.commands', keys: ['email.send'] }] },
+ *     refunds: { bindings: [{ exchange: 'payments.events', keys: ['payment.refunded'] }] },
  *   },
  * });
  */
@@ -181,6 +398,7 @@ export function defineTopology(options: TopologyOptions): Topology {
     checkKeys(options.retry, 'retry', 'retry');
   }
   const exchange = checkName(options.exchange ?? TOPOLOGY_DEFAULTS.exchange, 'exchange');
+  const exchanges = checkExchanges(options, exchange);
   const queueType = checkQueueType(options.queueType ?? TOPOLOGY_DEFAULTS.queueType, 'queueType');
   const crashLimit = checkInt(options.crashLimit ?? TOPOLOGY_DEFAULTS.crashLimit, 'crashLimit', 1, 1000);
   if (typeof options.consumers !== 'object' || options.consumers === null || Object.keys(options.consumers).length === 0) {
@@ -198,12 +416,7 @@ export function defineTopology(options: TopologyOptions): Topology {
       checkKeys(decl.retry, 'retry', `${at}.retry`);
     }
     const queue = checkName(decl.queue ?? name, `${at}.queue`);
-    if (!Array.isArray(decl.bindings) || decl.bindings.length === 0) {
-      throw new InvalidOptionError(`${at}.bindings`, 'expected a non-empty array of routing-key patterns', "Example: ['order.created', 'order.*']");
-    }
-    decl.bindings.forEach((b, i) => {
-      if (typeof b !== 'string' || !BINDING.test(b)) throw new InvalidOptionError(`${at}.bindings[${i}]`, `${JSON.stringify(b)} is not a routing-key pattern`);
-    });
+    const bound = checkBindings(decl.bindings, at, exchanges, exchange);
     const retry = { ...options.retry, ...decl.retry };
     const delays = retry.delays ?? TOPOLOGY_DEFAULTS.delays;
     if (!Array.isArray(delays)) throw new InvalidOptionError(`${at}.retry.delays`, 'expected an array of durations');
@@ -213,7 +426,8 @@ export function defineTopology(options: TopologyOptions): Topology {
     const topo: ConsumerTopology = Object.freeze({
       name,
       queue,
-      bindings: Object.freeze([...decl.bindings]),
+      bindings: Object.freeze(bound.keys),
+      queueBindings: Object.freeze(bound.bindings),
       queueType: checkQueueType(decl.queueType ?? queueType, `${at}.queueType`),
       delaysMs: Object.freeze(delaysMs),
       retryQueues: Object.freeze(delaysMs.map((ms) => retryQueueName(queue, ms))),
@@ -231,6 +445,7 @@ export function defineTopology(options: TopologyOptions): Topology {
   const frozen = new Map(consumers);
   return Object.freeze({
     exchange,
+    exchanges: new Map(exchanges) as ReadonlyMap<string, ExchangeTopology>,
     consumers: frozen,
     consumer(name: string): ConsumerTopology {
       const found = frozen.get(name);

@@ -103,3 +103,78 @@ describe('defineTopology: unknown keys', () => {
     expect((attempt({ consumers: { a: { bindings: ['x'], colour: 'red' } } }) as Error).message).toMatch(/`consumers\.a\.colour`.*Known options: bindings, queue, retry, queueType, crashLimit\./);
   });
 });
+
+describe('defineTopology: several exchanges', () => {
+  const exchanges = {
+    'shop.commands': { type: 'direct' as const },
+    'shop.broadcast': { type: 'fanout' as const },
+    'shop.docs': { type: 'headers' as const, arguments: { 'alternate-exchange': 'shop.unrouted' } },
+    'payments.events': { passive: true },
+    'amq.topic': { passive: true },
+  };
+  it('binds a work queue to any exchange, each binding checked against its exchange type', () => {
+    const t = defineTopology({
+      exchange: 'shop.events',
+      exchanges,
+      consumers: {
+        billing: {
+          bindings: [
+            'order.created',
+            { exchange: 'shop.commands', keys: ['invoice.send'] },
+            { exchange: 'shop.broadcast' },
+            { exchange: 'shop.docs', headers: { format: 'pdf', pages: 2 }, match: 'any' },
+            { exchange: 'payments.events', keys: ['payment.#'] },
+            { exchange: 'shop.events', keys: ['order.paid'] },
+          ],
+        },
+      },
+    });
+    expect([...t.exchanges.keys()]).toEqual(['shop.events', 'shop.commands', 'shop.broadcast', 'shop.docs', 'payments.events', 'amq.topic']);
+    expect(t.exchanges.get('payments.events')).toMatchObject({ passive: true, type: undefined });
+    expect(t.consumer('billing').bindings).toEqual(['order.created', 'order.paid']);
+    const spec = topologySpec(t);
+    expect(spec.exchanges[0]).toEqual({ name: 'shop.events', type: 'topic', durable: true, arguments: {}, passive: false });
+    expect(spec.bindings).toEqual([
+      { exchange: 'shop.events', queue: 'billing', pattern: 'order.created' },
+      { exchange: 'shop.commands', queue: 'billing', pattern: 'invoice.send' },
+      { exchange: 'shop.broadcast', queue: 'billing', pattern: '' },
+      { exchange: 'shop.docs', queue: 'billing', pattern: '', arguments: { 'x-match': 'any', format: 'pdf', pages: 2 } },
+      { exchange: 'payments.events', queue: 'billing', pattern: 'payment.#' },
+      { exchange: 'shop.events', queue: 'billing', pattern: 'order.paid' },
+    ]);
+  });
+  it('names what is wrong with a binding or an exchange, and what to write instead', () => {
+    const bind = (binding: unknown, more: Record<string, unknown> = {}) => () => defineTopology({ exchanges, ...more, consumers: { a: { bindings: [binding as never] } } });
+    expect(bind({ exchange: 'nope', keys: ['x'] })).toThrow(/`consumers\.a\.bindings\[0\]\.exchange`: "nope" is not an exchange of the topology \(known: warren\.events, shop\.commands.*Declare it under `exchanges` \(with `passive: true`/);
+    expect(bind({ exchange: 'shop.commands' })).toThrow(/`consumers\.a\.bindings\[0\]\.keys`: the direct exchange 'shop\.commands' routes by key/);
+    expect(bind({ exchange: 'shop.broadcast', keys: ['x'] })).toThrow(/fanout exchange 'shop\.broadcast' sends every message to every bound queue/);
+    expect(bind({ exchange: 'shop.docs', keys: ['x'] })).toThrow(/`consumers\.a\.bindings\[0\]\.headers`: the headers exchange 'shop\.docs' routes by headers/);
+    expect(bind({ exchange: 'shop.docs', headers: { 'x-format': 'pdf' } })).toThrow(/`consumers\.a\.bindings\[0\]\.headers\.x-format`/);
+    expect(bind({ exchange: 'shop.docs', headers: { format: 'pdf' }, match: 'some' })).toThrow(/`consumers\.a\.bindings\[0\]\.match`: "some" is not 'all' or 'any'/);
+    expect(bind({ exchange: 'shop.commands', key: ['x'] })).toThrow(/`consumers\.a\.bindings\[0\]\.key`.*Did you mean keys\?/);
+    expect(bind({ exchange: 'payments.events', keys: ['a', 'a'] })).toThrow(/repeats a binding/);
+    expect(bind('x', { exchanges: { 'shop.x': { type: 'stream' } } })).toThrow(/`exchanges\.shop\.x\.type`: "stream" is not an exchange type/);
+    expect(bind('x', { exchanges: { 'amq.direct': { type: 'direct' } } })).toThrow(/reserves/);
+    expect(bind('x', { exchange: 'shop.events', exchanges: { 'shop.events': { type: 'fanout' } } })).toThrow(/default exchange 'shop\.events' cannot be a fanout exchange/);
+    expect(bind('x', { exchanges: { 'shop.x': { durable: 'yes' } } })).toThrow(/`exchanges\.shop\.x\.durable`/);
+  });
+  it('keeps a single `exchange` declaration as it was: one topic exchange, durable, string bindings on it', () => {
+    const t = defineTopology({ exchange: 'shop.events', consumers: { a: { bindings: ['order.*'] } } });
+    expect(topologySpec(t).exchanges).toEqual([{ name: 'shop.events', type: 'topic', durable: true, arguments: {}, passive: false }]);
+    expect(t.consumer('a').queueBindings).toEqual([{ exchange: 'shop.events', key: 'order.*', arguments: {} }]);
+  });
+});
+
+describe('diffBindings on several exchanges', () => {
+  it('compares the exchange and the arguments (values as text) too', () => {
+    const wanted = [
+      { exchange: 'a', queue: 'q', pattern: 'k' },
+      { exchange: 'docs', queue: 'q', pattern: '', arguments: { 'x-match': 'all', pages: 2 } },
+    ];
+    const b = (source: string, routing_key: string, args: Record<string, unknown> = {}) => ({ source, destination: 'q', destination_type: 'queue', routing_key, arguments: args });
+    const d = diffBindings(wanted, [b('b', 'k'), b('docs', '', { pages: '2', 'x-match': 'all' }), b('docs', '', { 'x-match': 'any', pages: 2 })]);
+    expect(d.missing).toEqual([wanted[0]]);
+    expect(d.present).toEqual([wanted[1]]);
+    expect(d.extra.map((x) => `${x.source}:${JSON.stringify(x.arguments)}`)).toEqual(['b:{}', 'docs:{"x-match":"any","pages":2}']);
+  });
+});

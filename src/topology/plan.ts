@@ -1,4 +1,4 @@
-import type { ConsumerTopology, Topology } from './declaration.js';
+import type { ArgumentValue, ConsumerTopology, ExchangeType, Topology } from './declaration.js';
 
 /** Queue arguments as sent to the broker. */
 export type QueueArguments = Readonly<Record<string, string | number>>;
@@ -14,14 +14,22 @@ export interface QueueSpec {
 /** An exchange the topology needs. */
 export interface ExchangeSpec {
   readonly name: string;
-  readonly type: 'topic';
+  /** Undefined only for a passive exchange declared without a type (not checked). */
+  readonly type: ExchangeType | undefined;
+  readonly durable: boolean;
+  readonly arguments: Readonly<Record<string, ArgumentValue>>;
+  /** Owned elsewhere: checked, never declared. */
+  readonly passive: boolean;
 }
 
-/** A binding from the events exchange to a work queue. */
+/** A binding from an exchange to a work queue. */
 export interface BindingSpec {
   readonly exchange: string;
   readonly queue: string;
+  /** The routing key or pattern; `''` on a fanout or headers exchange. */
   readonly pattern: string;
+  /** Binding arguments (a headers exchange's `x-match` and values); absent when there are none. */
+  readonly arguments?: Readonly<Record<string, ArgumentValue>>;
 }
 
 /** Everything a topology declares, in declaration order. */
@@ -77,16 +85,19 @@ export function topologySpec(topology: Topology): TopologySpec {
   const bindings: BindingSpec[] = [];
   for (const c of topology.consumers.values()) {
     queues.push(...consumerQueues(c));
-    for (const pattern of c.bindings) bindings.push({ exchange: topology.exchange, queue: c.queue, pattern });
+    for (const b of c.queueBindings) {
+      bindings.push(Object.keys(b.arguments).length ? { exchange: b.exchange, queue: c.queue, pattern: b.key, arguments: b.arguments } : { exchange: b.exchange, queue: c.queue, pattern: b.key });
+    }
   }
-  return { exchanges: [{ name: topology.exchange, type: 'topic' }], queues, bindings };
+  const exchanges = [...topology.exchanges.values()].map((e) => ({ name: e.name, type: e.type, durable: e.durable, arguments: e.arguments, passive: e.passive }));
+  return { exchanges, queues, bindings };
 }
 
 /**
  * Compares wanted queue arguments with what the broker reports, argument by argument.
  * Numbers and numeric strings compare by value (the management API reports numbers).
  */
-export function diffArguments(wanted: QueueArguments, actual: Readonly<Record<string, unknown>>): Array<{ argument: string; expected: unknown; actual: unknown }> {
+export function diffArguments(wanted: Readonly<Record<string, string | number | boolean>>, actual: Readonly<Record<string, unknown>>): Array<{ argument: string; expected: unknown; actual: unknown }> {
   const keys = new Set([...Object.keys(wanted), ...Object.keys(actual)]);
   const out: Array<{ argument: string; expected: unknown; actual: unknown }> = [];
   for (const key of [...keys].sort()) {
@@ -126,29 +137,38 @@ export interface BindingDiff {
   readonly extra: readonly BrokerBinding[];
 }
 
+/** Binding arguments as one comparable string: names sorted, values as text (the management API reports numbers as numbers). */
+function argumentsKey(args: Readonly<Record<string, unknown>> | undefined): string {
+  return JSON.stringify(Object.entries(args ?? {}).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([k, v]) => [k, String(v)]));
+}
+
 /**
- * Compares the declared bindings with those the broker has from the exchange. A declared
- * binding matches a broker binding of the same queue and routing key without arguments.
- * Only bindings to the declared work queues count as extra. Pure.
+ * Compares the declared bindings with those the broker has from the topology's exchanges
+ * (`actual`: the bindings whose source is one of them). A declared binding matches a
+ * broker binding of the same exchange, queue, routing key and arguments. Only bindings to
+ * the declared work queues count as extra. Pure.
  */
 export function diffBindings(wanted: readonly BindingSpec[], actual: readonly BrokerBinding[]): BindingDiff {
   const workQueues = new Set(wanted.map((b) => b.queue));
-  const key = (queue: string, pattern: string) => `${queue}\u0000${pattern}`;
-  const onBroker = new Set(
-    actual.filter((b) => b.destination_type === 'queue' && Object.keys(b.arguments ?? {}).length === 0).map((b) => key(b.destination, b.routing_key)),
-  );
-  const declared = new Set(wanted.map((b) => key(b.queue, b.pattern)));
-  const missing = wanted.filter((b) => !onBroker.has(key(b.queue, b.pattern)));
-  const present = wanted.filter((b) => onBroker.has(key(b.queue, b.pattern)));
-  const extra = actual.filter(
-    (b) => b.destination_type === 'queue' && workQueues.has(b.destination) && (Object.keys(b.arguments ?? {}).length > 0 || !declared.has(key(b.destination, b.routing_key))),
-  );
+  const key = (exchange: string, queue: string, pattern: string, args: Readonly<Record<string, unknown>> | undefined) => JSON.stringify([exchange, queue, pattern, argumentsKey(args)]);
+  const toQueues = actual.filter((b) => b.destination_type === 'queue');
+  const onBroker = new Set(toQueues.map((b) => key(b.source, b.destination, b.routing_key, b.arguments)));
+  const declared = new Set(wanted.map((b) => key(b.exchange, b.queue, b.pattern, b.arguments)));
+  const missing = wanted.filter((b) => !onBroker.has(key(b.exchange, b.queue, b.pattern, b.arguments)));
+  const present = wanted.filter((b) => onBroker.has(key(b.exchange, b.queue, b.pattern, b.arguments)));
+  const extra = toQueues.filter((b) => workQueues.has(b.destination) && !declared.has(key(b.source, b.destination, b.routing_key, b.arguments)));
   return { missing, present, extra };
 }
 
-/** A binding in words: `shop.events -> billing with routing key order.created`. */
-export function bindingName(exchange: string, queue: string, pattern: string): string {
-  return `${exchange} -> ${queue} with routing key ${pattern}`;
+/**
+ * A binding in words: `shop.events -> billing with routing key order.created`; with
+ * arguments (a headers exchange) `shop.docs -> billing with arguments {"x-match":"all","format":"pdf"}`.
+ */
+export function bindingName(exchange: string, queue: string, pattern: string, args?: Readonly<Record<string, unknown>>): string {
+  const withArgs = args !== undefined && Object.keys(args).length > 0 ? JSON.stringify(args) : undefined;
+  if (pattern === '' && withArgs !== undefined) return `${exchange} -> ${queue} with arguments ${withArgs}`;
+  if (pattern === '') return `${exchange} -> ${queue} with an empty routing key`;
+  return `${exchange} -> ${queue} with routing key ${pattern}${withArgs !== undefined ? ` and arguments ${withArgs}` : ''}`;
 }
 
 /**

@@ -1,4 +1,4 @@
-import { TopologyDriftError, migrationHint, type TopologyDifference } from '../../errors.js';
+import { ExchangeNotFoundError, TopologyDriftError, migrationHint, type TopologyDifference } from '../../errors.js';
 import { declareTopology, planTopology, type PlanEntry, type TopologyPlan } from '../../topology/apply.js';
 import { topologySpec } from '../../topology/plan.js';
 import type { Topology } from '../../topology/declaration.js';
@@ -16,7 +16,15 @@ function show(value: unknown): string {
 /** One difference in words: which queue, which argument, both values. */
 export function describeDifference(d: TopologyDifference): string {
   if (d.kind === 'binding') return `binding ${d.name}: on the broker, not in the declaration`;
+  if (d.argument === 'exists') return `${d.kind} ${d.name}: does not exist; it is passive (owned elsewhere), so warren never creates it: ask its owner to declare it`;
   return `${d.kind} ${d.name}: ${d.argument} is ${show(d.actual)} on the broker, the declaration wants ${show(d.expected)}`;
+}
+
+/** The topology's exchanges in words: `exchange shop.events`, or `exchanges shop.events (default), shop.commands`. */
+function exchangesText(topology: Topology): string {
+  const names = [...topology.exchanges.keys()];
+  if (names.length === 1) return `exchange ${topology.exchange}`;
+  return `exchanges ${names.map((n) => (n === topology.exchange ? `${n} (default)` : n)).join(', ')}`;
 }
 
 function method(plan: TopologyPlan): string {
@@ -35,7 +43,7 @@ function planRows(plan: TopologyPlan): string[][] {
     e.status,
     e.kind,
     e.name,
-    e.status === 'extra' ? 'not in the declaration' : e.differences.map((d) => `${d.argument}: broker ${show(d.actual)}, declared ${show(d.expected)}`).join('; '),
+    e.status === 'extra' ? 'not in the declaration' : e.status === 'missing' ? 'passive (owned elsewhere): does not exist, never created by warren' : e.differences.map((d) => `${d.argument}: broker ${show(d.actual)}, declared ${show(d.expected)}`).join('; '),
   ]);
 }
 
@@ -51,6 +59,7 @@ function extraLines(plan: TopologyPlan): string[] {
 function planJson(topology: Topology, plan: TopologyPlan) {
   return {
     exchange: topology.exchange,
+    exchanges: [...topology.exchanges.values()],
     method: plan.method,
     bindingsChecked: plan.bindingsChecked,
     entries: plan.entries,
@@ -67,13 +76,15 @@ async function makePlan(ctx: CommandContext): Promise<{ topology: Topology; plan
 }
 
 function printPlan(ctx: CommandContext, topology: Topology, plan: TopologyPlan): void {
-  ctx.out(`Topology of exchange ${topology.exchange} (${method(plan)})`);
+  ctx.out(`Topology of ${exchangesText(topology)} (${method(plan)})`);
   for (const line of table(['status', 'kind', 'name', 'difference'], planRows(plan))) ctx.out(`  ${line}`);
   const ok = plan.entries.filter((e) => e.status === 'ok').length;
   const differs = plan.entries.filter((e) => e.status === 'differs').length;
   const extra = plan.entries.filter((e) => e.status === 'extra').length;
+  const missing = plan.entries.filter((e) => e.status === 'missing');
   ctx.out();
-  ctx.out(`${plan.toCreate.length} to create, ${differs} differ${differs === 1 ? 's' : ''}, ${extra} not declared, ${ok} as declared.`);
+  ctx.out(`${plan.toCreate.length} to create, ${differs} differ${differs === 1 ? 's' : ''}, ${extra} not declared, ${ok} as declared${missing.length ? `, ${missing.length} passive missing` : ''}.`);
+  for (const e of missing) ctx.out(e.hint ?? `exchange ${e.name} does not exist`);
   if (!plan.bindingsChecked) ctx.out(uncheckedBindings(topology));
   for (const line of extraLines(plan)) ctx.out(line);
 }
@@ -85,7 +96,8 @@ export const topologyPlan: Command = {
   description: [
     'Compares the broker with the topology module: each exchange, queue and binding is "create"',
     '(missing), "ok", or "differs" (exists with other arguments, each difference named); a',
-    'binding from the exchange to a work queue that the declaration does not name is "extra".',
+    'binding from one of its exchanges to a work queue that the declaration does not name is',
+    '"extra"; a passive exchange (owned by another team) that does not exist is "missing".',
     'Changes nothing. Uses the management API when it answers (every argument and binding',
     'compared), else AMQP (the first differing argument of each queue; bindings unchecked).',
   ].join('\n'),
@@ -103,10 +115,12 @@ export const topologyPlan: Command = {
 export const topologyApply: Command = {
   path: ['topology', 'apply'],
   usage: '',
-  summary: 'declare the exchange, queues and bindings (idempotent; never deletes)',
+  summary: 'declare the exchanges, queues and bindings (idempotent; never deletes)',
   description: [
     'Declares everything the topology module declares, as the application does on start,',
-    'and lists what it created (bindings included). Idempotent. A queue that exists with other',
+    'and lists what it created (bindings included). Idempotent. A passive exchange (owned by',
+    'another team) is only checked: if it does not exist, the command names it and exits 1.',
+    'A queue that exists with other',
     'arguments is reported with the argument, both values and how to migrate, and the command',
     'exits 1. A binding the declaration does not name is reported with the command that removes',
     'it; nothing is ever deleted.',
@@ -119,6 +133,11 @@ export const topologyApply: Command = {
     try {
       await declareTopology(await ctx.connection(), topology);
     } catch (error) {
+      if (error instanceof ExchangeNotFoundError) {
+        if (ctx.json) ctx.printJson({ applied: false, missingExchange: error.exchange, consumers: error.consumers, error: error.message });
+        else ctx.err(`Not applied: ${error.message}`);
+        return EXIT.failed;
+      }
       if (!(error instanceof TopologyDriftError)) throw error;
       if (ctx.json) ctx.printJson({ applied: false, drift: error.differences });
       else {
@@ -143,7 +162,7 @@ export const topologyApply: Command = {
     }
     for (const e of created) ctx.out(`created ${e.kind} ${e.name}`);
     const spec = topologySpec(topology);
-    ctx.out(`Applied: exchange ${topology.exchange}, ${spec.queues.length} queues, ${spec.bindings.length} bindings (${created.length} created, the rest already as declared).`);
+    ctx.out(`Applied: ${exchangesText(topology)}, ${spec.queues.length} queues, ${spec.bindings.length} bindings (${created.length} created, the rest already as declared).`);
     if (!plan.bindingsChecked) {
       ctx.out(
         'Bindings could not be checked (only the management API lists them, and it did not answer): all were declared again, so none is missing now, but the count above does not include any that were missing, and a binding the declaration does not name goes unseen.',
@@ -178,12 +197,12 @@ export const topologyVerify: Command = {
     const queues = plan.entries.filter((e) => e.kind === 'queue').length;
     const bindings = plan.entries.filter((e) => e.kind === 'binding').length;
     if (ok && plan.bindingsChecked) {
-      ctx.out(`The broker matches the declaration: exchange ${topology.exchange}, ${queues} queues and ${bindings} bindings (${method(plan)}).`);
+      ctx.out(`The broker matches the declaration: ${exchangesText(topology)}, ${queues} queues and ${bindings} bindings (${method(plan)}).`);
       return EXIT.ok;
     }
     if (ok) {
       // Exit 0: everything that could be compared matches; the line says what was not.
-      ctx.out(`The exchange ${topology.exchange} and ${queues} queues match the declaration (${method(plan)}).`);
+      ctx.out(`The ${exchangesText(topology)} and ${queues} queues match the declaration (${method(plan)}).`);
       ctx.out(uncheckedBindings(topology));
       return EXIT.ok;
     }
