@@ -232,7 +232,7 @@ export class BrokerConnection extends EventEmitter {
         return;
       } catch (error) {
         lastError = error;
-        const refused = diagnoseHandshake(error, this.url);
+        const refused = this.diagnose(error);
         if (refused) throw new BrokerHandshakeError(redactUrl(this.url), refused.reason, refused.message, { cause: error });
         this.index = nextIndex(this.index, this.urls.length);
         const delay = Math.min(backoffDelay(attempt, this.initialDelayMs, this.maxDelayMs), Math.max(0, deadline - Date.now()));
@@ -251,6 +251,17 @@ export class BrokerConnection extends EventEmitter {
     });
     this.inFlight = tracked;
     return tracked;
+  }
+
+  /** What no retry can fix about a failed attempt on the current URL, or `undefined`. */
+  private diagnose(error: unknown): ReturnType<typeof diagnoseHandshake> {
+    const credentials = this.endpoints.credentials;
+    if (!credentials) return diagnoseHandshake(error, this.url);
+    // Named as the broker saw it: the user of the options, not the URL's.
+    const u = new URL(this.url);
+    u.username = encodeURIComponent(credentials.username);
+    u.password = '';
+    return diagnoseHandshake(error, u.toString(), 'the username and password options');
   }
 
   /** The URLs, redacted, for messages: one, or all of them separated by commas. */
