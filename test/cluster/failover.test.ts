@@ -35,6 +35,9 @@ interface Phase {
   resumeMs: number | undefined;
   /** The node the consumers' connection was on after the stop. */
   after: string | undefined;
+  /** How long the node took to stop (rabbitmqctl shutdown), and to start and answer again. */
+  stopMs: number;
+  startMs: number;
 }
 
 describe.skipIf(skipReason !== undefined)(`warren on a RabbitMQ cluster${skipReason ? ` (skipped: ${skipReason})` : ''}`, () => {
@@ -126,14 +129,20 @@ describe.skipIf(skipReason !== undefined)(`warren on a RabbitMQ cluster${skipRea
       const start = Date.now();
       stopped.add(node);
       await stopNode(node);
+      const stopMs = Date.now() - start;
       await waitFor(() => consumer.attached, `the consumer to attach again after ${what}`, 60_000);
       await flowing(`messages to flow again after ${what}`);
       const lost = lostAt;
-      const reattachMs = lost === undefined ? undefined : connects.find((x) => x.at >= lost)!.at - lost;
-      const resumeMs = lost === undefined ? undefined : handledAt.find((t) => t >= lost)! - lost;
+      const reattachAt = lost === undefined ? undefined : connects.find((x) => x.at >= lost)!.at;
+      const reattachMs = lost === undefined || reattachAt === undefined ? undefined : reattachAt - lost;
+      // Handlers that were running when the connection dropped may finish after; their
+      // acks are lost, and the guard skips their redelivery. Resuming is work on the new node.
+      const resumeMs = lost === undefined || reattachAt === undefined ? undefined : handledAt.find((t) => t >= reattachAt)! - lost;
       warren.connection.off('disconnected', onLost);
       const after = warren.connection.node?.address;
+      const startAt = Date.now();
       await startNode(node);
+      const startMs = Date.now() - startAt;
       stopped.delete(node);
       await until(async () => ((await runningNodes()).length === 3 ? true : undefined), `${node} to run again`, 120_000);
       await until(async () => ((await quorumState(c.queue)).online.length === 3 ? true : undefined), `the queue's member on ${node} to be online`, 120_000);
@@ -141,7 +150,7 @@ describe.skipIf(skipReason !== undefined)(`warren on a RabbitMQ cluster${skipRea
       const times = handledAt.filter((t) => t >= start && t <= end);
       let gapMs = times.length > 0 ? times[0]! - start : end - start;
       for (let k = 1; k < times.length; k++) gapMs = Math.max(gapMs, times[k]! - times[k - 1]!);
-      return { what, stopped: node, gapMs, reattachMs, resumeMs, after };
+      return { what, stopped: node, gapMs, reattachMs, resumeMs, after, stopMs, startMs };
     };
 
     const phases: Phase[] = [];
@@ -183,8 +192,8 @@ describe.skipIf(skipReason !== undefined)(`warren on a RabbitMQ cluster${skipRea
           `${consumer.stats.duplicate} deliveries skipped by the idempotency guard, ${parked.size} parked`,
         ...phases.map(
           (p) =>
-            `  ${p.what}: longest pause in handling ${p.gapMs} ms; ` +
-            (p.reattachMs === undefined ? `the consumers' connection was on another node (${p.after ?? '?'}) and stayed` : `consumer re-attached on ${p.after ?? '?'} ${p.reattachMs} ms after its connection dropped, first message handled after ${p.resumeMs} ms`),
+            `  ${p.what} (stop ${p.stopMs} ms, start ${p.startMs} ms): longest pause in handling ${p.gapMs} ms; ` +
+            (p.reattachMs === undefined ? `the consumers' connection was on another node (${p.after ?? '?'}) and stayed` : `consumer re-attached on ${p.after ?? '?'} ${p.reattachMs} ms after its connection dropped, first message handled there after ${p.resumeMs} ms`),
         ),
         `  consumers' connection: ${connects.map((x) => `${x.node.address} (${x.node.clusterName ?? '?'})`).join(' -> ')}`,
       ].join('\n'),
