@@ -131,8 +131,16 @@ wait_up() {
 stop_node() {
   node_vars "$1"
   if registered; then
-    # shutdown (unlike stop) returns once the node's OS process has exited.
-    as_rabbit rabbitmqctl -q -n "$NODE" shutdown >/dev/null 2>&1 || true
+    # SIGTERM stops the node as rabbitmqctl shutdown does (applications in order,
+    # clients' connections closed), without booting the CLI's own Erlang VM, which
+    # took up to a minute on two busy cores.
+    local pid
+    pid=$(cat "$DIR/pid" 2>/dev/null || true)
+    if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+      kill -TERM "$pid"
+    else
+      as_rabbit rabbitmqctl -q -n "$NODE" shutdown >/dev/null 2>&1 || true
+    fi
   fi
   local deadline=$(( $(date +%s) + 60 ))
   while registered || amqp_ready "$AMQP_PORT"; do
