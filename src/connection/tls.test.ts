@@ -4,8 +4,11 @@
  * is in the script's directory. They are the machine's RabbitMQ 3.10 whatever broker the
  * suite runs against, so this runs in the 3.10 run of `npm test` only.
  */
-import { existsSync, readFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { BrokerConnection, BrokerHandshakeError, BrokerUnreachableError, defineTopology, Warren, type Logger, type WarrenOptions } from '../index.js';
 import { BROKER, onTeardown, uniqueName, waitFor } from '../../test/helpers.js';
@@ -126,6 +129,21 @@ describe.skipIf(skipReason !== undefined)(`TLS (amqps://)${skipReason ? ` (skipp
     expect(error).toBeInstanceOf(BrokerHandshakeError);
     expect((error as Error).message).toMatch(/requires a client certificate and none was given .*Set tls\.cert and tls\.key/);
     expect(ms).toBeLessThan(4000);
+  });
+
+  it('says the broker refused the client certificate when it comes from a CA the broker does not trust', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'warren-tls-'));
+    onTeardown(async () => rmSync(dir, { recursive: true, force: true }));
+    execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=stranger', '-keyout', `${dir}/key.pem`, '-out', `${dir}/cert.pem`], { stdio: 'ignore' });
+    const { error } = await failedOpen({ url: 'amqps://localhost:5712', username: 'warren', password, tls: { ca, cert: readFileSync(`${dir}/cert.pem`), key: readFileSync(`${dir}/key.pem`) } });
+    expect(error).toBeInstanceOf(BrokerHandshakeError);
+    expect((error as Error).message).toMatch(/refused this client's TLS certificate \(.*alert bad certificate\): the broker does not trust the CA that signed tls\.cert/);
+  });
+
+  it('says a plain AMQP port does not speak TLS', async () => {
+    const { error } = await failedOpen({ url: 'amqps://127.0.0.1:5672', tls: { ca } });
+    expect(error).toBeInstanceOf(BrokerHandshakeError);
+    expect((error as Error).message).toMatch(/does not speak TLS \(wrong version number\)\. Use the broker's TLS port/);
   });
 
   it('names tls.passphrase when the encrypted client key cannot be decrypted', async () => {
