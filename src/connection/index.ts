@@ -58,15 +58,18 @@ export interface ConnectionOptions {
 
 /**
  * The broker node a connection is on, from the URL it connected to and the properties
- * the server sent in `connection.start`. RabbitMQ names its cluster there, not the node:
- * the URL's host and port tell the nodes of one cluster apart.
+ * the server sent in `connection.start`. RabbitMQ sends a `cluster_name` there, not a
+ * node name: the URL's host and port are what always tell the nodes of one cluster apart.
  */
 export interface BrokerNode {
   /** The URL connected to, with the password replaced by `***`. */
   readonly url: string;
   /** `host:port` of that URL. */
   readonly address: string;
-  /** The server's `cluster_name` (by default the name of the cluster's first node, e.g. `rabbit@host`). */
+  /**
+   * The server's `cluster_name`. Until a name is set (`rabbitmqctl set_cluster_name`),
+   * RabbitMQ 3.10 sends each node's own name with the host's full name, e.g. `rabbit@host.example`.
+   */
   readonly clusterName: string | undefined;
   /** The server's `product` and `version`, e.g. `RabbitMQ 3.10.8`. */
   readonly server: string | undefined;
