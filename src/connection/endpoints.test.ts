@@ -11,6 +11,16 @@ describe('resolveEndpoints', () => {
     expect(resolveEndpoints({ url: 'amqp://a:5701, amqps://b:5671' }, {}).urls).toEqual(['amqp://a:5701', 'amqps://b:5671']);
   });
 
+  it('takes bare hosts after a full URL, with its scheme, credentials and vhost', () => {
+    expect(resolveEndpoints({ url: 'amqps://app:s3cret@rabbit-1:5671/orders,rabbit-2,rabbit-3:5672' }, {}).urls).toEqual([
+      'amqps://app:s3cret@rabbit-1:5671/orders',
+      'amqps://app:s3cret@rabbit-2/orders',
+      'amqps://app:s3cret@rabbit-3:5672/orders',
+    ]);
+    expect(() => resolveEndpoints({ url: ['rabbit-1', 'rabbit-2'] }, {})).toThrow(/'rabbit-1' is a host with no URL .*start the list with a full URL/);
+    expect(() => resolveEndpoints({ url: ['amqp://a', 'rabbit 2/x'] }, {})).toThrow(/neither a URL nor host\[:port\]/);
+  });
+
   it('reads WARREN_AMQP_URL (a list too) when the option is not set, else the local broker', () => {
     expect(resolveEndpoints({}, { WARREN_AMQP_URL: 'amqp://x:1,amqp://y:2' }).urls).toEqual(['amqp://x:1', 'amqp://y:2']);
     expect(resolveEndpoints({}, {}).urls).toEqual(['amqp://guest:guest@127.0.0.1:5672']);
@@ -28,7 +38,8 @@ describe('resolveEndpoints', () => {
     expect(err).toBeInstanceOf(InvalidOptionError);
     expect(err.message).toMatch(/WARREN_AMQP_URL.*http:\/\/ops:\*\*\*@rabbit:15672.* is not an AMQP URL; use amqp:\/\//);
     expect(err.message).not.toContain('hunter2');
-    expect(() => resolveEndpoints({ url: 'not a url' }, {})).toThrow(/url.*is not a URL/);
+    expect(() => resolveEndpoints({ url: 'not a url' }, {})).toThrow(/url.*'not a url' is neither a URL nor host\[:port\]/);
+    expect(() => resolveEndpoints({ url: 'amqp://a:b@c:notaport' }, {})).toThrow(/url.*amqp:\/\/a:\*\*\*@c:notaport is not a URL/);
     expect(() => resolveEndpoints({ url: [] }, {})).toThrow(/no URL given/);
   });
 

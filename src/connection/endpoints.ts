@@ -71,8 +71,9 @@ export const DEFAULT_AMQP_URL = 'amqp://guest:guest@127.0.0.1:5672';
 export function resolveEndpoints(options: EndpointOptions, env: NodeJS.ProcessEnv = process.env): Endpoints {
   const given = options.url ?? env['WARREN_AMQP_URL'] ?? DEFAULT_AMQP_URL;
   const option = options.url === undefined && env['WARREN_AMQP_URL'] !== undefined ? 'WARREN_AMQP_URL' : 'url';
-  const list = (typeof given === 'string' ? given.split(',') : [...given]).map((u) => u.trim()).filter((u) => u !== '');
-  if (list.length === 0) throw new InvalidOptionError(option, 'no URL given; expected amqp://user:password@host:5672/vhost, or a list of them');
+  const entries = (typeof given === 'string' ? given.split(',') : [...given]).map((u) => u.trim()).filter((u) => u !== '');
+  if (entries.length === 0) throw new InvalidOptionError(option, 'no URL given; expected amqp://user:password@host:5672/vhost, or a list of them');
+  const list = withHosts(entries, option);
   for (const url of list) {
     let protocol: string;
     try {
@@ -93,6 +94,25 @@ export function resolveEndpoints(options: EndpointOptions, env: NodeJS.ProcessEn
     urls: Object.freeze(list),
     credentials: username !== undefined && password !== undefined ? Object.freeze({ username, password }) : undefined,
     tls: Object.freeze(tlsSocketOptions(tls ?? {})),
+  });
+}
+
+/**
+ * Entries after a full URL may be a bare `host` or `host:port`: each takes the scheme,
+ * credentials, vhost and query of the first full URL, e.g.
+ * `amqps://app:secret@rabbit-1:5671/orders,rabbit-2,rabbit-3:5671`.
+ */
+function withHosts(entries: readonly string[], option: string): string[] {
+  const base = entries.find((e) => e.includes('://'));
+  return entries.map((entry) => {
+    if (entry.includes('://')) return entry;
+    const m = /^(\[[^\]]+\]|[^:/@\s]+)(?::(\d+))?$/.exec(entry);
+    if (!m) throw new InvalidOptionError(option, `'${redactUrl(entry)}' is neither a URL nor host[:port]; expected amqp://user:password@host:5672/vhost (amqps:// for TLS)`);
+    if (base === undefined) throw new InvalidOptionError(option, `'${entry}' is a host with no URL to take the scheme and credentials from; start the list with a full URL (amqp://user:password@${entry}/vhost)`);
+    const u = new URL(base);
+    u.hostname = m[1]!;
+    u.port = m[2] ?? '';
+    return u.toString();
   });
 }
 

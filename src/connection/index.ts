@@ -13,7 +13,10 @@ export type { TlsOptions };
 export interface ConnectionOptions {
   /**
    * AMQP URL, or the URLs of a cluster's nodes (an array, or one string with the URLs
-   * separated by commas). `amqps://` connects over TLS (see `tls`). With several, the
+   * separated by commas). After a full URL, an entry may be a bare `host` or `host:port`
+   * that takes that URL's scheme, credentials and vhost:
+   * `amqp://app:secret@rabbit-1:5672/orders,rabbit-2,rabbit-3`.
+   * `amqps://` connects over TLS (see `tls`). With several, the
    * first is tried first; when a connection is lost (or an attempt fails), the next one
    * in the list is tried, wrapping around, and topology, publishers and consumers come
    * back on whichever node answers.
