@@ -13,7 +13,7 @@ import { defineTopology, PermanentError, topologySpec, Warren, type BrokerNode }
 import { harness } from '../../src/store/testing/harness.js';
 import { bumpEffect, createEffects, readEffects } from '../../src/store/testing/spec.js';
 import { BROKER, onTeardown, sleep, uniqueName, waitFor } from '../helpers.js';
-import { clusterNode, clusterUnavailable, CLUSTER_URLS, connectCluster, quorumState, runningNodes, startNode, stopNode, until, type ClusterNode } from './support.js';
+import { clusterNode, clusterUnavailable, CLUSTER_URLS, connectCluster, lockCluster, quorumState, runningNodes, startNode, stopNode, until, type ClusterNode } from './support.js';
 
 const skipReason =
   BROKER === '4.0'
@@ -46,6 +46,7 @@ describe.skipIf(skipReason !== undefined)(`warren on a RabbitMQ cluster${skipRea
     const name = `${prefix}.billing`;
     const topology = defineTopology({ exchange: `${prefix}.events`, queueType: 'quorum', consumers: { [name]: { bindings: ['job'], retry: { delays: ['200ms'], maxAttempts: 3 } } } });
     const c = topology.consumer(name);
+    onTeardown(await lockCluster(300_000));
     const stopped = new Set<ClusterNode>();
     onTeardown(async () => {
       // A failed run leaves no node down, and none of its queues behind.

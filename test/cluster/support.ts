@@ -3,6 +3,7 @@
  * management API, and stopping and starting one of its nodes.
  */
 import { execFile } from 'node:child_process';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import * as amqp from 'amqplib';
@@ -104,4 +105,42 @@ export async function connectCluster(): Promise<amqp.ChannelModel> {
     }
   }
   throw last instanceof Error ? last : new Error(String(last));
+}
+
+const LOCK = `${(process.env['WARREN_CLUSTER_DIR'] ?? '/var/lib/warren/cluster').replace(/\/$/, '')}/failover-test.lock`;
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Takes the cluster for this process alone (two tests stopping a node each would stop a
+ * quorum queue's majority), waiting up to `timeoutMs` for another run to finish. A lock
+ * left by a process that has died is taken over. Returns the release.
+ */
+export async function lockCluster(timeoutMs: number): Promise<() => Promise<void>> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      mkdirSync(LOCK);
+      writeFileSync(`${LOCK}/pid`, String(process.pid));
+      return async () => rmSync(LOCK, { recursive: true, force: true });
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+    }
+    let holder = NaN;
+    try {
+      holder = Number(readFileSync(`${LOCK}/pid`, 'utf8'));
+    } catch {
+      // just made, its pid not written yet
+    }
+    if (Number.isInteger(holder) && !alive(holder)) rmSync(LOCK, { recursive: true, force: true });
+    else if (Date.now() > deadline) throw new Error(`the test cluster is in use by process ${holder} (${LOCK}) for more than ${timeoutMs} ms`);
+    else await sleep(1000);
+  }
 }
