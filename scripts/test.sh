@@ -46,6 +46,17 @@ if [[ " ${brokers[*]} " == *" 4.0 "* ]]; then
   fi
 fi
 
+# The failover and TLS tests run in the 3.10 run, on nodes of the machine's
+# RabbitMQ of their own: a three-node cluster and two TLS-only nodes. Started
+# side by side; quick when they are up already. A test whose nodes are not up
+# is skipped and says why.
+if [[ " ${brokers[*]} " == *" 3.10 "* ]]; then
+  bash scripts/cluster.sh start & cluster_pid=$!
+  bash scripts/tls.sh start & tls_pid=$!
+  wait "$cluster_pid" || say "the test cluster did not start: test/cluster/failover.test.ts will be skipped" >&2
+  wait "$tls_pid" || say "the TLS nodes did not start: src/connection/tls.test.ts will be skipped" >&2
+fi
+
 # --- build -----------------------------------------------------------------
 npm run --silent build
 

@@ -213,12 +213,13 @@ export class BrokerUnreachableError extends WarrenError {
 }
 
 /** Why a broker refused a connection during the AMQP handshake. */
-export type HandshakeFailure = 'credentials' | 'vhost' | 'not-amqp';
+export type HandshakeFailure = 'credentials' | 'vhost' | 'not-amqp' | 'tls';
 
 /**
  * The server answered, but the connection could not be opened: the broker refused the
  * user's credentials, or the virtual host (missing, or the user has no access to it), or
- * the server on that port does not speak AMQP. Trying again cannot help, so warren does
+ * the server on that port does not speak AMQP, or the TLS handshake failed (the broker's
+ * certificate did not verify, or the broker refused this client's certificate). Trying again cannot help, so warren does
  * not: the message says what is wrong and what to check.
  */
 export class BrokerHandshakeError extends BrokerUnreachableError {

@@ -17,7 +17,7 @@ export {
 } from './topology/declaration.js';
 export { topologySpec, consumerQueues, type TopologySpec, type QueueSpec, type ExchangeSpec, type BindingSpec } from './topology/plan.js';
 export { declareTopology, planTopology, verifyTopology, type TopologyPlan, type PlanEntry } from './topology/apply.js';
-export { BrokerConnection, backoffDelay, redactUrl, type ConnectionOptions } from './connection/index.js';
+export { BrokerConnection, backoffDelay, redactUrl, type BrokerNode, type ConnectionOptions, type TlsOptions } from './connection/index.js';
 export { Publisher, type PublisherOptions, type PublishReceipt, type OutgoingMessage } from './publish/publisher.js';
 export { stampMessage, type PublishOptions, type StampedMessage } from './publish/stamp.js';
 export { uuidv7 } from './publish/message-id.js';

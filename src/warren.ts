@@ -1,5 +1,5 @@
 import { EventEmitter } from 'node:events';
-import { BrokerConnection, redactUrl, type ConnectionOptions } from './connection/index.js';
+import { BrokerConnection, redactUrl, type BrokerNode, type ConnectionOptions } from './connection/index.js';
 import { Consumer } from './consume/consumer.js';
 import type { ConsumerOptions, Handler } from './consume/types.js';
 import { ClosedError } from './errors.js';
@@ -169,6 +169,14 @@ export class Warren extends EventEmitter {
   }
 
   /**
+   * The broker nodes the two connections are on (`undefined` for one that is down). On a
+   * cluster they may differ: each moves to the next URL on its own when it loses its node.
+   */
+  get nodes(): { readonly connection: BrokerNode | undefined; readonly publish: BrokerNode | undefined } {
+    return { connection: this.connection.node, publish: this.publishConnection.node };
+  }
+
+  /**
    * Readiness and liveness, with reasons. Not ready while a connection is down (it
    * reconnects on its own), while the broker blocks the publish connection (a resource
    * alarm: publishes wait), while the last declaration of the topology failed, or while
@@ -184,7 +192,10 @@ export class Warren extends EventEmitter {
     if (this.closed) return Promise.resolve(healthReport([{ component: 'warren', fails: 'ready', message: 'closed: it consumes and publishes nothing more' }]));
     const reasons: HealthReason[] = [];
     for (const [component, c] of [['connection', this.connection], ['publish connection', this.publishConnection]] as const) {
-      if (!c.ready) reasons.push({ component, fails: 'ready', message: `not connected to ${redactUrl(c.url)}; reconnecting` });
+      if (!c.ready) {
+        const others = c.urls.length > 1 ? ` (next to try of ${c.urls.length} nodes)` : '';
+        reasons.push({ component, fails: 'ready', message: `not connected to ${redactUrl(c.url)}${others}; reconnecting` });
+      }
     }
     const blocked = this.publishConnection.blocked;
     if (blocked !== undefined) reasons.push({ component: 'publish connection', fails: 'ready', message: `the broker blocked publishing: ${blocked}` });

@@ -4,16 +4,43 @@ import { BrokerHandshakeError, BrokerUnreachableError, ClosedError, InvalidOptio
 import { diagnoseHandshake } from './handshake.js';
 import { toLogger, type Logger } from '../logger.js';
 import { redactUrl } from './url.js';
+import { nextIndex, resolveEndpoints, type Endpoints, type TlsOptions } from './endpoints.js';
 
 export { redactUrl };
+export type { TlsOptions };
 
 /** Options of a broker connection. */
 export interface ConnectionOptions {
   /**
-   * AMQP URL.
-   * @default process.env.WARREN_AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672'
+   * AMQP URL, or the URLs of a cluster's nodes (an array, or one string with the URLs
+   * separated by commas). After a full URL, an entry may be a bare `host` or `host:port`
+   * that takes that URL's scheme, credentials and vhost:
+   * `amqp://app:secret@rabbit-1:5672/orders,rabbit-2,rabbit-3`.
+   * `amqps://` connects over TLS (see `tls`). With several, the
+   * first is tried first; when a connection is lost (or an attempt fails), the next one
+   * in the list is tried, wrapping around, and topology, publishers and consumers come
+   * back on whichever node answers.
+   * @default process.env.WARREN_AMQP_URL (a URL, or URLs separated by commas) ?? 'amqp://guest:guest@127.0.0.1:5672'
    */
-  url?: string;
+  url?: string | readonly string[];
+  /**
+   * User name, for credentials kept out of the URL. Set it with `password`; together
+   * they win over the URL's user and password.
+   * @default the URL's user ('guest' when the URL has none)
+   */
+  username?: string;
+  /**
+   * Password, for credentials kept out of the URL. It is never logged, nor put in an
+   * error message (URLs are printed with the password as `***`).
+   * @default the URL's password ('guest' when the URL has none)
+   */
+  password?: string;
+  /**
+   * TLS settings for `amqps://` URLs: the CA to trust, a client certificate, the name to
+   * check. The broker's certificate is always verified unless `rejectUnauthorized` is false.
+   * @default Node's defaults: public CAs, no client certificate, verification on
+   */
+  tls?: TlsOptions;
   /**
    * How long the first connection may take (with retries) before `open()` fails.
    * @default 10000
@@ -30,6 +57,43 @@ export interface ConnectionOptions {
   connectionName?: string;
   /** @default a logger that drops everything */
   logger?: Logger;
+}
+
+/**
+ * The broker node a connection is on, from the URL it connected to and the properties
+ * the server sent in `connection.start`. RabbitMQ sends a `cluster_name` there, not a
+ * node name: the URL's host and port are what always tell the nodes of one cluster apart.
+ */
+export interface BrokerNode {
+  /** The URL connected to, with the password replaced by `***`. */
+  readonly url: string;
+  /** `host:port` of that URL. */
+  readonly address: string;
+  /**
+   * The server's `cluster_name`. Until a name is set (`rabbitmqctl set_cluster_name`),
+   * RabbitMQ 3.10 sends each node's own name with the host's full name, e.g. `rabbit@host.example`.
+   */
+  readonly clusterName: string | undefined;
+  /** The server's `product` and `version`, e.g. `RabbitMQ 3.10.8`. */
+  readonly server: string | undefined;
+  /** Whether the connection is TLS. */
+  readonly tls: boolean;
+}
+
+function nodeOf(url: string, model: amqp.ChannelModel): BrokerNode {
+  const props = (model as unknown as { connection?: { serverProperties?: Record<string, unknown> } }).connection?.serverProperties ?? {};
+  const text = (v: unknown): string | undefined => (typeof v === 'string' ? v : Buffer.isBuffer(v) ? v.toString('utf8') : undefined);
+  const u = new URL(url);
+  const tls = u.protocol === 'amqps:';
+  const product = text(props['product']);
+  const version = text(props['version']);
+  return Object.freeze({
+    url: redactUrl(url),
+    address: `${u.hostname}:${u.port || (tls ? '5671' : '5672')}`,
+    clusterName: text(props['cluster_name']),
+    server: product !== undefined || version !== undefined ? [product, version].filter((x) => x !== undefined).join(' ') : undefined,
+    tls,
+  });
 }
 
 /** A function run on every (re)connect, in registration order. */
@@ -77,11 +141,20 @@ function positive(value: number | undefined, fallback: number, option: string): 
  * topology register {@link ReadyHook}s, which run again after every reconnect so
  * channels are reopened, topology is declared and consumers re-attach.
  *
- * Events: `connected`, `disconnected` (error), `reconnect-scheduled` ({attempt, delayMs}),
- * `hook-failed` (error), `blocked` (the broker's reason, e.g. "low on memory"), `unblocked`.
+ * Given several URLs (a cluster's nodes), it moves to the next one in the list when a
+ * connection is lost or an attempt fails, and {@link node} says where it is.
+ *
+ * Events: `connected` (generation, {@link BrokerNode}), `disconnected` (error),
+ * `reconnect-scheduled` ({attempt, delayMs, url}), `hook-failed` (error), `blocked` (the
+ * broker's reason, e.g. "low on memory"), `unblocked`.
  */
 export class BrokerConnection extends EventEmitter {
-  readonly url: string;
+  /** Every URL this connection may use, in order (print them with {@link redactUrl}). */
+  readonly urls: readonly string[];
+  private readonly endpoints: Endpoints;
+  /** Which of `urls` the next attempt uses, or the live connection is on. */
+  private index = 0;
+  private currentNode: BrokerNode | undefined;
   private readonly connectTimeoutMs: number;
   private readonly initialDelayMs: number;
   private readonly maxDelayMs: number;
@@ -101,13 +174,30 @@ export class BrokerConnection extends EventEmitter {
 
   constructor(options: ConnectionOptions = {}) {
     super();
-    this.url = options.url ?? process.env['WARREN_AMQP_URL'] ?? 'amqp://guest:guest@127.0.0.1:5672';
+    this.endpoints = resolveEndpoints(options);
+    this.urls = this.endpoints.urls;
     this.connectTimeoutMs = positive(options.connectTimeoutMs, 10_000, 'connectTimeoutMs');
     this.initialDelayMs = positive(options.reconnect?.initialDelayMs, 100, 'reconnect.initialDelayMs');
     this.maxDelayMs = positive(options.reconnect?.maxDelayMs, 10_000, 'reconnect.maxDelayMs');
     this.heartbeat = options.heartbeatSeconds ?? 10;
     this.connectionName = options.connectionName ?? 'warren';
     this.logger = toLogger(options.logger);
+    if (this.endpoints.tls['rejectUnauthorized'] === false) {
+      this.logger.warn('TLS certificate verification is off (tls.rejectUnauthorized: false): anyone on the path can read the password and the messages');
+    }
+  }
+
+  /** The URL in use: the one connected to, or the one the next attempt tries. */
+  get url(): string {
+    return this.urls[this.index] ?? this.urls[0]!;
+  }
+
+  /**
+   * The node this connection is on (its URL, redacted, and the server's cluster name and
+   * version), or `undefined` while it is not connected.
+   */
+  get node(): BrokerNode | undefined {
+    return this.model ? this.currentNode : undefined;
   }
 
   /** True while a connection is up and every ready hook has run. */
@@ -148,15 +238,16 @@ export class BrokerConnection extends EventEmitter {
         return;
       } catch (error) {
         lastError = error;
-        const refused = diagnoseHandshake(error, this.url);
+        const refused = this.diagnose(error);
         if (refused) throw new BrokerHandshakeError(redactUrl(this.url), refused.reason, refused.message, { cause: error });
+        this.index = nextIndex(this.index, this.urls.length);
         const delay = Math.min(backoffDelay(attempt, this.initialDelayMs, this.maxDelayMs), Math.max(0, deadline - Date.now()));
         if (delay <= 0) break;
         await new Promise((r) => setTimeout(r, delay));
       }
     }
     const detail = lastError instanceof Error ? lastError.message : String(lastError ?? 'closed while connecting');
-    throw new BrokerUnreachableError(redactUrl(this.url), `${detail} (gave up after ${attempt} attempts in ${this.connectTimeoutMs} ms)`, { cause: lastError });
+    throw new BrokerUnreachableError(this.shownUrls(), `${detail} (gave up after ${attempt} attempts in ${this.connectTimeoutMs} ms)`, { cause: lastError });
   }
 
   private connectOnce(): Promise<void> {
@@ -168,11 +259,31 @@ export class BrokerConnection extends EventEmitter {
     return tracked;
   }
 
+  /** What no retry can fix about a failed attempt on the current URL, or `undefined`. */
+  private diagnose(error: unknown): ReturnType<typeof diagnoseHandshake> {
+    const credentials = this.endpoints.credentials;
+    if (!credentials) return diagnoseHandshake(error, this.url);
+    // Named as the broker saw it: the user of the options, not the URL's.
+    const u = new URL(this.url);
+    u.username = encodeURIComponent(credentials.username);
+    u.password = '';
+    return diagnoseHandshake(error, u.toString(), 'the username and password options');
+  }
+
+  /** The URLs, redacted, for messages: one, or all of them separated by commas. */
+  private shownUrls(): string {
+    return this.urls.map(redactUrl).join(', ');
+  }
+
   private async connectModel(): Promise<void> {
-    const model = await amqp.connect(withHeartbeat(this.url, this.heartbeat), {
+    const url = this.url;
+    const { credentials, tls } = this.endpoints;
+    const model = await amqp.connect(withHeartbeat(url, this.heartbeat), {
       noDelay: true,
       clientProperties: { connection_name: this.connectionName },
       timeout: Math.min(this.connectTimeoutMs, 10_000),
+      ...(url.startsWith('amqps:') ? tls : {}),
+      ...(credentials ? { credentials: amqp.credentials.plain(credentials.username, credentials.password) } : {}),
     });
     // Before anything else: an 'error' with no listener is an uncaught exception that
     // ends the process (a socket that closes while this connection is being closed).
@@ -183,6 +294,8 @@ export class BrokerConnection extends EventEmitter {
     }
     this.generation += 1;
     const generation = this.generation;
+    const node = nodeOf(url, model);
+    this.currentNode = node;
     model.on('close', (err?: Error) => this.onClose(generation, err));
     noticeSilentClose(model);
     model.on('blocked', (reason: string) => this.onBlocked(generation, reason));
@@ -194,8 +307,8 @@ export class BrokerConnection extends EventEmitter {
     } finally {
       this.connecting = undefined;
     }
-    this.logger.info('connected', { url: redactUrl(this.url), generation });
-    this.emit('connected', generation);
+    this.logger.info('connected', { url: node.url, clusterName: node.clusterName, server: node.server, generation });
+    this.emit('connected', generation, node);
     const waiters = this.waiters;
     this.waiters = [];
     for (const w of waiters) w();
@@ -249,7 +362,10 @@ export class BrokerConnection extends EventEmitter {
     // A new connection starts unblocked; the broker says so again if the alarm is still on.
     this.onUnblocked(generation);
     if (this.closing) return;
-    this.logger.warn('connection lost; reconnecting', { error: err?.message });
+    const lost = this.url;
+    // On to the next node; with one URL this is the same one.
+    this.index = nextIndex(this.index, this.urls.length);
+    this.logger.warn('connection lost; reconnecting', { url: redactUrl(lost), next: redactUrl(this.url), error: err?.message });
     this.emit('disconnected', err);
     this.scheduleReconnect(1);
   }
@@ -257,12 +373,13 @@ export class BrokerConnection extends EventEmitter {
   private scheduleReconnect(attempt: number): void {
     if (this.closing || this.reconnectTimer) return;
     const delayMs = backoffDelay(attempt, this.initialDelayMs, this.maxDelayMs);
-    this.emit('reconnect-scheduled', { attempt, delayMs });
+    this.emit('reconnect-scheduled', { attempt, delayMs, url: redactUrl(this.url) });
     this.reconnectTimer = setTimeout(() => {
       this.reconnectTimer = undefined;
       this.connectOnce().catch((error: unknown) => {
         if (this.closing) return;
-        this.logger.warn('reconnect failed', { attempt, error: error instanceof Error ? error.message : String(error) });
+        this.logger.warn('reconnect failed', { attempt, url: redactUrl(this.url), error: error instanceof Error ? error.message : String(error) });
+        this.index = nextIndex(this.index, this.urls.length);
         this.scheduleReconnect(attempt + 1);
       });
     }, delayMs);
@@ -289,7 +406,7 @@ export class BrokerConnection extends EventEmitter {
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.waiters = this.waiters.filter((w) => w !== done);
-        reject(new BrokerUnreachableError(redactUrl(this.url), `not connected within ${timeoutMs} ms`));
+        reject(new BrokerUnreachableError(this.shownUrls(), `not connected within ${timeoutMs} ms`));
       }, timeoutMs);
       const done = () => {
         clearTimeout(timer);
