@@ -164,6 +164,11 @@ export interface RelayStats {
  * every row before it; see {@link OutboxRelayOptions.strictOrder} for what a nack in
  * the middle of a pipelined batch does.
  *
+ * With an OpenTelemetry SDK registered, each row goes out in a PRODUCER span of its own
+ * (`relay <exchange>`, or `release <queue>` for a row the retry-table scheduler sent
+ * back), a child of the trace context stored in the row and ended with the row's outcome;
+ * the message carries that span's context (see docs/tracing.md).
+ *
  * Events: `pass` ({@link RelayPass}) after each pass that claimed rows, `flagged`
  * (`{ id, messageId, error }`). No `error` event: failures are logged and retried.
  *

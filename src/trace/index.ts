@@ -9,7 +9,7 @@
  * that moved it, so the next attempt's span links to it. A replay writes
  * {@link TRACE_HEADER}`.replay`, the replay operation's span context.
  *
- * The rest of warren calls in at five places: {@link stampTrace} (publisher and outbox),
+ * The rest of warren calls in at six places: {@link stampTrace} (publisher and outbox),
  * {@link tracePublish} (the producer span), {@link traceDelivery} (one consumer span per
  * delivery, ended with its outcome), {@link traceRelay} (the producer span of a row the
  * outbox relay publishes: an application's outbox row or a retry-table row sent back),
