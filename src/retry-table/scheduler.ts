@@ -81,7 +81,9 @@ function positiveInt(value: number | undefined, fallback: number, option: string
  * transaction (`FOR UPDATE SKIP LOCKED` on PostgreSQL, so several schedulers never move
  * a row twice), and the relay publishes it with the original message and correlation
  * ids. A token bucket keeps the stream at `ratePerSecond`. While the broker is down the
- * outbox fills to `maxPending` and the rest stays in the table.
+ * outbox fills to `maxPending` and the rest stays in the table. With an OpenTelemetry SDK
+ * registered, the relay publishes each row in a `release <queue>` span, in the message's
+ * trace and linked to the attempt that made it wait (see docs/tracing.md).
  *
  * Events: `drained` (`{ rows }`) after each pass that moved rows.
  *

@@ -29,6 +29,17 @@ export interface OutboxRow extends OutboxRecord {
   /** Insertion order, as a string (a 64-bit integer). */
   readonly id: string;
   readonly attempts: number;
+  /**
+   * Who added the row: the application (`outbox.add`), or the retry-table scheduler
+   * sending a waiting message back. The relay's trace span tells them apart.
+   * @default 'outbox'
+   */
+  readonly origin?: 'outbox' | 'retry-table';
+}
+
+/** The `origin` column as the relay reports it: `'retry'` marks a row sent back from the retry table. */
+export function rowOrigin(column: unknown): 'outbox' | 'retry-table' {
+  return column === 'retry' ? 'retry-table' : 'outbox';
 }
 
 /**

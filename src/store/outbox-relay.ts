@@ -8,6 +8,7 @@ import type { OutboxLag, StoreBackend } from './index.js';
 import { outgoingMessage, type OutboxRow } from './outbox-message.js';
 import { checkInt } from './options.js';
 import { Sleeper } from '../sleeper.js';
+import { traceRelay, type RelayTrace } from '../trace/index.js';
 
 /** How soon a relay looks again while rows wait behind a transaction that may still commit. */
 const GAP_RECHECK_MS = 20;
@@ -163,6 +164,11 @@ export interface RelayStats {
  * every row before it; see {@link OutboxRelayOptions.strictOrder} for what a nack in
  * the middle of a pipelined batch does.
  *
+ * With an OpenTelemetry SDK registered, each row goes out in a PRODUCER span of its own
+ * (`relay <exchange>`, or `release <queue>` for a row the retry-table scheduler sent
+ * back), a child of the trace context stored in the row and ended with the row's outcome;
+ * the message carries that span's context (see docs/tracing.md).
+ *
  * Events: `pass` ({@link RelayPass}) after each pass that claimed rows, `flagged`
  * (`{ id, messageId, error }`). No `error` event: failures are logged and retried.
  *
@@ -313,16 +319,19 @@ export class OutboxRelay extends EventEmitter {
   }
 
   private async publish(rows: readonly OutboxRow[]): Promise<RowOutcome[]> {
+    // One producer span per row (see docs/tracing.md), ended with the row's outcome.
+    const traces: Array<RelayTrace | undefined> = [];
     // All sends are written in order on one confirm channel, then confirmed together.
     const settled = await Promise.allSettled(
-      rows.map(async (row) => {
+      rows.map(async (row, i) => {
         let message: OutgoingMessage;
         try {
           message = outgoingMessage(row, this.exchange);
         } catch (error) {
           throw new Undecodable(error);
         }
-        await this.publisher.send(message);
+        const trace = (traces[i] = traceRelay(row.origin === 'retry-table' ? 'retry-table' : 'outbox', row, { exchange: message.exchange, routingKey: message.routingKey, headers: (message.properties.headers ?? {}) as Record<string, unknown> }));
+        await this.publisher.send({ ...message, properties: { ...message.properties, headers: trace.headers } });
       }),
     );
     const outcomes: RowOutcome[] = [];
@@ -336,8 +345,10 @@ export class OutboxRelay extends EventEmitter {
           // row go out after it. It stays pending and goes again after that row.
           held++;
           outcomes.push({ id: row.id, status: 'failed', error: `held back (strict order): row ${firstFailure.id} before it was not published (${firstFailure.error}); it goes out again after that row` });
+          traces[i]?.end({ status: 'held-back' });
         } else {
           outcomes.push({ id: row.id, status: 'sent' });
+          traces[i]?.end({ status: 'sent' });
         }
         return;
       }
@@ -346,12 +357,14 @@ export class OutboxRelay extends EventEmitter {
       const permanent = permanentReason(error, message, row.exchange ?? this.exchange);
       if (permanent !== undefined) {
         outcomes.push({ id: row.id, status: 'flagged', error: permanent });
+        traces[i]?.end({ status: 'flagged', error: permanent });
         this.logger.error('outbox row flagged: it cannot be published as it is; fix it, then `store.outbox.release()`', { id: row.id, messageId: row.messageId, routingKey: row.routingKey, error: permanent });
         this.emit('flagged', { id: row.id, messageId: row.messageId, error: permanent });
         return;
       }
       firstFailure ??= { id: row.id, error: message };
       outcomes.push({ id: row.id, status: 'failed', error: message });
+      traces[i]?.end({ status: 'failed', error: message });
     });
     if (firstFailure !== undefined) {
       const failed = outcomes.filter((o) => o.status === 'failed').length;

@@ -9,12 +9,21 @@
  * that moved it, so the next attempt's span links to it. A replay writes
  * {@link TRACE_HEADER}`.replay`, the replay operation's span context.
  *
- * The rest of warren calls in at five places: {@link stampTrace} (publisher and outbox),
+ * The rest of warren calls in at six places: {@link stampTrace} (publisher and outbox),
  * {@link tracePublish} (the producer span), {@link traceDelivery} (one consumer span per
- * delivery, ended with its outcome), {@link traceReplay} (a parked-queue replay).
+ * delivery, ended with its outcome), {@link traceRelay} (the producer span of a row the
+ * outbox relay publishes: an application's outbox row or a retry-table row sent back),
+ * {@link traceReplay} (a parked-queue replay).
+ *
+ * Cost: with no SDK registered each call returns after one lookup of the global tracer
+ * provider. With an SDK, a span the sampler drops (`isRecording()` false) gets no
+ * attributes, events or error text beyond those a sampler is given at its start, but its
+ * context is still passed on (to the handler, onto retries and moves, into relayed
+ * rows), so a trace sampled out at its root stays sampled out all the way through.
  */
 import { createRequire } from 'node:module';
 import type * as Otel from '@opentelemetry/api';
+import { HEADER } from '../headers.js';
 
 /** Header names warren writes for tracing (none starts with `x-`). */
 export const TRACE_HEADER = {
@@ -57,8 +66,46 @@ const headerSetter: Otel.TextMapSetter<Record<string, unknown>> = {
   },
 };
 
+/** The provider the API hands out while no SDK is registered (a singleton of the API's). */
+const NOOP_PROVIDER: unknown = api === undefined ? undefined : new api.ProxyTracerProvider().getDelegate();
+let tracerOf: { readonly provider: unknown; readonly tracer: Otel.Tracer | undefined } = { provider: undefined, tracer: undefined };
+
+/**
+ * The registered SDK's tracer, or undefined when no SDK is registered. Called once per
+ * message, so it only looks the provider up: the tracer is fetched again when an
+ * application registers (or removes) a provider.
+ */
 function tracer(): Otel.Tracer | undefined {
-  return api?.trace.getTracer(TRACER_NAME);
+  if (api === undefined) return undefined;
+  const global = api.trace.getTracerProvider() as Otel.TracerProvider & { getDelegate?: () => Otel.TracerProvider };
+  const provider = typeof global.getDelegate === 'function' ? global.getDelegate() : global;
+  if (provider !== tracerOf.provider) tracerOf = { provider, tracer: provider === NOOP_PROVIDER ? undefined : provider.getTracer(TRACER_NAME) };
+  return tracerOf.tracer;
+}
+
+/** At most this many cached start-attribute objects per consumer (one per exchange seen). */
+const MAX_CACHED_EXCHANGES = 32;
+
+/** `amq.default` for the default exchange, as the semantic conventions name it. */
+function destinationName(exchange: string): string {
+  return exchange === '' ? 'amq.default' : exchange;
+}
+
+/**
+ * Frozen attribute objects per key, built once: what a span is started with is what a
+ * sampler sees, and the SDK copies it, so the same object serves every message.
+ */
+class AttributeCache {
+  private readonly byKey = new Map<string, Otel.Attributes>();
+  constructor(private readonly build: (key: string) => Otel.Attributes) {}
+  get(key: string): Otel.Attributes {
+    let attributes = this.byKey.get(key);
+    if (attributes === undefined) {
+      attributes = Object.freeze(this.build(key));
+      if (this.byKey.size < MAX_CACHED_EXCHANGES) this.byKey.set(key, attributes);
+    }
+    return attributes;
+  }
 }
 
 /** `00-<trace>-<span>-<flags>`, the W3C form, for warren's own link headers. */
@@ -91,29 +138,30 @@ function recordError(span: Otel.Span, error: unknown): void {
  * of the code that added it). A no-op without an SDK's propagator. Returns `headers`.
  */
 export function stampTrace(headers: Record<string, unknown>, traceContext?: unknown): Record<string, unknown> {
-  if (api !== undefined) api.propagation.inject((traceContext as Otel.Context | undefined) ?? api.context.active(), headers, headerSetter);
+  if (api !== undefined && tracer() !== undefined) api.propagation.inject((traceContext as Otel.Context | undefined) ?? api.context.active(), headers, headerSetter);
   return headers;
 }
 
+const PUBLISH_ATTRIBUTES = new AttributeCache((exchange) => ({
+  'messaging.system': 'rabbitmq',
+  'messaging.operation.type': 'send',
+  'messaging.destination.name': destinationName(exchange),
+}));
+
 /**
  * Runs a publish in a PRODUCER span, ended when `send` settles (at the broker's confirm,
- * or with its error). `send` gets the context to stamp into the message.
+ * or with its error). `send` gets the context to stamp into the message. A span the
+ * sampler dropped is only passed on: nothing waits for `send` to settle to end it.
  */
 export function tracePublish<R extends { readonly messageId: string }>(exchange: string, routingKey: string, send: (traceContext: unknown) => Promise<R>): Promise<R> {
   const t = tracer();
   if (t === undefined) return send(undefined);
-  const destination = exchange === '' ? 'amq.default' : exchange;
-  const span = t.startSpan(`publish ${destination}`, {
-    kind: 3 /* SpanKind.PRODUCER */,
-    attributes: {
-      'messaging.system': 'rabbitmq',
-      'messaging.operation.type': 'send',
-      'messaging.operation.name': 'publish',
-      'messaging.destination.name': destination,
-      'messaging.rabbitmq.destination.routing_key': routingKey,
-    },
-  });
-  const ctx = (api as Api).trace.setSpan((api as Api).context.active(), span);
+  const o = api as Api;
+  const span = t.startSpan(`publish ${destinationName(exchange)}`, { kind: 3 /* SpanKind.PRODUCER */, attributes: PUBLISH_ATTRIBUTES.get(exchange) });
+  const ctx = o.trace.setSpan(o.context.active(), span);
+  if (!span.isRecording()) return send(ctx);
+  span.setAttribute('messaging.operation.name', 'publish');
+  span.setAttribute('messaging.rabbitmq.destination.routing_key', routingKey);
   return send(ctx).then(
     (receipt) => {
       span.setAttribute('messaging.message.id', receipt.messageId);
@@ -165,6 +213,36 @@ const NO_DELIVERY_TRACE: DeliveryTrace = {
   end: () => undefined,
 };
 
+/** What a consumer's spans share, built once per consumer. */
+interface ConsumerConstants {
+  readonly spanName: string;
+  /** The attributes a span starts with (those the semantic conventions give samplers), by exchange. */
+  readonly start: AttributeCache;
+  readonly retryQueues: readonly string[];
+}
+
+const CONSUMERS = new WeakMap<TracedConsumer, ConsumerConstants>();
+
+function constantsOf(consumer: TracedConsumer): ConsumerConstants {
+  let c = CONSUMERS.get(consumer);
+  if (c === undefined) {
+    c = {
+      spanName: `process ${consumer.queue}`,
+      start: new AttributeCache((exchange) => ({
+        'messaging.system': 'rabbitmq',
+        'messaging.operation.type': 'process',
+        'messaging.destination.name': destinationName(exchange),
+        'messaging.consumer.group.name': consumer.name,
+        'messaging.destination.subscription.name': consumer.queue,
+      })),
+      retryQueues: consumer.retryQueues,
+    };
+    CONSUMERS.set(consumer, c);
+  }
+  return c;
+}
+
+/** A consumer span, recording or not: either way its context is passed on. */
 class ConsumerSpan implements DeliveryTrace {
   private ended = false;
   private readonly context: Otel.Context;
@@ -173,6 +251,7 @@ class ConsumerSpan implements DeliveryTrace {
     private readonly span: Otel.Span,
     parent: Otel.Context,
     private readonly retryQueues: readonly string[],
+    private readonly recording: boolean,
   ) {
     this.context = (api as Api).trace.setSpan(parent, span);
   }
@@ -192,6 +271,10 @@ class ConsumerSpan implements DeliveryTrace {
     if (this.ended) return;
     this.ended = true;
     const span = this.span;
+    if (!this.recording) {
+      span.end();
+      return;
+    }
     if (outcome === undefined) {
       span.setAttribute('warren.outcome', 'none');
       span.setStatus({ code: 2, message: 'no outcome: the channel closed before the delivery was settled; the broker delivers it again' });
@@ -219,6 +302,17 @@ function stringHeader(headers: Readonly<Record<string, unknown>>, name: string):
   return typeof v === 'string' ? v : undefined;
 }
 
+/** The links to warren's own link headers, or undefined when there is none (a first delivery). */
+function linksOf(headers: Readonly<Record<string, unknown>>): Otel.Link[] | undefined {
+  if (headers[TRACE_HEADER.previous] === undefined && headers[TRACE_HEADER.replay] === undefined) return undefined;
+  const links: Otel.Link[] = [];
+  const previous = parseSpanContext(headers[TRACE_HEADER.previous]);
+  if (previous) links.push({ context: previous, attributes: { 'warren.link': 'previous-attempt' } });
+  const replay = parseSpanContext(headers[TRACE_HEADER.replay]);
+  if (replay) links.push({ context: replay, attributes: { 'warren.link': 'replay' } });
+  return links;
+}
+
 /**
  * Starts the CONSUMER span of a delivery: a child of the context its headers carry
  * (the producer's), linked to the previous attempt's span and to the replay that sent
@@ -228,35 +322,100 @@ export function traceDelivery(consumer: TracedConsumer, msg: { readonly fields: 
   const t = tracer();
   if (t === undefined) return NO_DELIVERY_TRACE;
   const o = api as Api;
+  const c = constantsOf(consumer);
   const headers = (msg.properties.headers ?? {}) as Record<string, unknown>;
   const parent = o.propagation.extract(o.ROOT_CONTEXT, headers, headerGetter);
-  const links: Otel.Link[] = [];
-  const previous = parseSpanContext(headers[TRACE_HEADER.previous]);
-  if (previous) links.push({ context: previous, attributes: { 'warren.link': 'previous-attempt' } });
-  const replay = parseSpanContext(headers[TRACE_HEADER.replay]);
-  if (replay) links.push({ context: replay, attributes: { 'warren.link': 'replay' } });
-  const exchange = stringHeader(headers, 'warren-exchange') ?? msg.fields.exchange;
-  const routingKey = stringHeader(headers, 'warren-routing-key') ?? msg.fields.routingKey;
-  const attributes: Otel.Attributes = {
-    'messaging.system': 'rabbitmq',
-    'messaging.operation.type': 'process',
-    'messaging.operation.name': 'process',
-    'messaging.destination.name': exchange === '' ? 'amq.default' : exchange,
-    'messaging.rabbitmq.destination.routing_key': routingKey,
-    'messaging.consumer.group.name': consumer.name,
-    'messaging.destination.subscription.name': consumer.queue,
-    'messaging.rabbitmq.message.delivery_tag': msg.fields.deliveryTag,
-    'messaging.message.body.size': msg.content.length,
-    'warren.consumer': consumer.name,
-    'warren.attempt': attempt,
-  };
-  if (typeof msg.properties.messageId === 'string') attributes['messaging.message.id'] = msg.properties.messageId;
-  const span = t.startSpan(`process ${consumer.queue}`, { kind: 4 /* SpanKind.CONSUMER */, attributes, links }, parent);
-  if (!span.isRecording() && !o.trace.isSpanContextValid(span.spanContext())) {
-    // No SDK registered: nothing to record and nothing to pass on.
-    return NO_DELIVERY_TRACE;
+  const exchange = stringHeader(headers, HEADER.exchange) ?? msg.fields.exchange;
+  const links = linksOf(headers);
+  const span = t.startSpan(c.spanName, links === undefined ? { kind: 4 /* SpanKind.CONSUMER */, attributes: c.start.get(exchange) } : { kind: 4, attributes: c.start.get(exchange), links }, parent);
+  const recording = span.isRecording();
+  if (recording) {
+    span.setAttribute('messaging.operation.name', 'process');
+    span.setAttribute('messaging.rabbitmq.destination.routing_key', stringHeader(headers, HEADER.routingKey) ?? msg.fields.routingKey);
+    span.setAttribute('messaging.rabbitmq.message.delivery_tag', msg.fields.deliveryTag);
+    span.setAttribute('messaging.message.body.size', msg.content.length);
+    span.setAttribute('warren.consumer', consumer.name);
+    span.setAttribute('warren.attempt', attempt);
+    if (typeof msg.properties.messageId === 'string') span.setAttribute('messaging.message.id', msg.properties.messageId);
   }
-  return new ConsumerSpan(span, parent, consumer.retryQueues);
+  return new ConsumerSpan(span, parent, c.retryQueues, recording);
+}
+
+/** Where a relayed message came from: a row an application added, or a retry-table row sent back. */
+export type RelaySource = 'outbox' | 'retry-table';
+
+/** What the outbox relay did with a row it published; recorded on its span. */
+export type RelayOutcome =
+  | { readonly status: 'sent' }
+  /** Confirmed, but behind a row that was not (strict order): it stays pending and goes again. */
+  | { readonly status: 'held-back' }
+  | { readonly status: 'flagged' | 'failed'; readonly error: string };
+
+/** The producer span of one relayed row. */
+export interface RelayTrace {
+  /** The headers to publish: the stored ones, with this span's context in place of the stored context. */
+  readonly headers: Record<string, unknown>;
+  /** Ends the span with what became of the row. Idempotent. */
+  end(outcome: RelayOutcome): void;
+}
+
+const RELAY_ATTRIBUTES = new AttributeCache((exchange) => ({
+  'messaging.system': 'rabbitmq',
+  'messaging.operation.type': 'send',
+  'messaging.destination.name': destinationName(exchange),
+}));
+
+/**
+ * Starts the PRODUCER span of a row the outbox relay publishes: a child of the context
+ * stored in the row (that of the code that added it, or, for a retry-table row, of the
+ * message's last publish), linked to the attempt that made a retry-table row wait. The
+ * message goes out with this span's context, so its consumer span is the relay span's
+ * child. Without an SDK the headers are handed back as they are.
+ */
+export function traceRelay(source: RelaySource, row: { readonly id: string; readonly messageId: string; readonly attempts: number }, message: { readonly exchange: string; readonly routingKey: string; readonly headers: Record<string, unknown> }): RelayTrace {
+  const t = tracer();
+  if (t === undefined) return { headers: message.headers, end: () => undefined };
+  const o = api as Api;
+  const stored = message.headers;
+  const parent = o.propagation.extract(o.ROOT_CONTEXT, stored, headerGetter);
+  const links = source === 'retry-table' ? linksOf(stored) : undefined;
+  const name = source === 'retry-table' ? `release ${message.routingKey}` : `relay ${destinationName(message.exchange)}`;
+  const start = RELAY_ATTRIBUTES.get(message.exchange);
+  const span = t.startSpan(name, links === undefined ? { kind: 3 /* SpanKind.PRODUCER */, attributes: start } : { kind: 3, attributes: start, links }, parent);
+  // The stored context gives way to this span's, whatever propagator wrote it.
+  const headers: Record<string, unknown> = { ...stored };
+  for (const field of o.propagation.fields()) delete headers[field];
+  o.propagation.inject(o.trace.setSpan(parent, span), headers, headerSetter);
+  if (!span.isRecording()) return { headers, end: () => span.end() };
+  span.setAttributes({
+    'messaging.operation.name': 'publish',
+    'messaging.rabbitmq.destination.routing_key': message.routingKey,
+    'messaging.message.id': row.messageId,
+    'warren.relay.source': source,
+    'warren.outbox.id': row.id,
+    'warren.outbox.attempts': row.attempts,
+  });
+  if (source === 'retry-table') {
+    const consumer = stringHeader(stored, HEADER.consumer);
+    if (consumer !== undefined) span.setAttribute('warren.consumer', consumer);
+    const dependency = stringHeader(stored, HEADER.dependency);
+    if (dependency !== undefined) span.setAttribute('warren.wait.dependency', dependency);
+    const tenant = stringHeader(stored, HEADER.tenant);
+    if (tenant !== undefined) span.setAttribute('warren.wait.tenant', tenant);
+    const waits = stored[HEADER.waits];
+    if (typeof waits === 'number') span.setAttribute('warren.wait.count', waits);
+  }
+  let ended = false;
+  return {
+    headers,
+    end: (outcome) => {
+      if (ended) return;
+      ended = true;
+      span.setAttribute('warren.relay.outcome', outcome.status);
+      if (outcome.status === 'flagged' || outcome.status === 'failed') span.setStatus({ code: 2, message: bounded(outcome.error) });
+      span.end();
+    },
+  };
 }
 
 /** The span of a replay from a parked queue. */

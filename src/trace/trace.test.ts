@@ -1,10 +1,12 @@
 /**
  * Tracing against a real broker, with the OpenTelemetry SDK's in-memory exporter: one
- * trace per message across publish, retries, parking, replay and the outbox; the spans of
- * one message's attempts linked in order.
+ * trace per message across publish, retries, parking, replay, the outbox relay and the
+ * retry table; the spans of one message's attempts linked in order; and a trace sampled
+ * out at its root passed on unrecorded.
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { context, propagation, trace, SpanKind, SpanStatusCode } from '@opentelemetry/api';
+import { randomBytes } from 'node:crypto';
+import { context, propagation, trace, ROOT_CONTEXT, SpanKind, SpanStatusCode, TraceFlags } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
@@ -191,17 +193,17 @@ describe('tracing with an SDK registered', () => {
 });
 
 describe.each(BACKENDS)('tracing through the outbox: %s', (backend) => {
-  it('a relayed row carries the context of the code that added it', async () => {
+  it('stored in the outbox, relayed, consumed: the relay span is a child of the code that added the row, the consumer span its child', async () => {
     const h = await harness(backend);
     const store = h.store();
     const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { audit: { queue: name('audit'), bindings: ['order.*'] } } }));
     const warren = await connectWarren(topology);
     const outcomes: Outcome[] = [];
     await warren.consume('audit', async () => undefined, { onOutcome: (o) => outcomes.push(o) });
-    const { traceId, spanId } = await appTracer().startActiveSpan('place order', async (span) => {
-      await store.transaction((tx) => store.outbox.add(tx, 'order.created', { orderId: 3 }));
+    const { traceId, spanId, messageId } = await appTracer().startActiveSpan('place order', async (span) => {
+      const receipt = await store.transaction((tx) => store.outbox.add(tx, 'order.created', { orderId: 3 }));
       span.end();
-      return span.spanContext();
+      return { ...span.spanContext(), messageId: receipt.messageId };
     });
     const relay = store.relay({ publisher: warren.publisher, exchange: topology.exchange });
     await relay.start();
@@ -210,14 +212,71 @@ describe.each(BACKENDS)('tracing through the outbox: %s', (backend) => {
     } finally {
       await relay.stop();
     }
+    await waitFor(() => consumerSpans(traceId).length === 1, 'the consumer span to end');
+    const relayed = spansOf(traceId).filter((s) => s.kind === SpanKind.PRODUCER);
+    expect(relayed).toHaveLength(1);
+    const [relaySpan] = relayed;
+    expect(relaySpan?.name).toBe(`relay ${topology.exchange}`);
+    expect(relaySpan?.parentSpanContext?.spanId).toBe(spanId);
+    expect(relaySpan?.attributes).toMatchObject({
+      'messaging.system': 'rabbitmq',
+      'messaging.operation.type': 'send',
+      'messaging.operation.name': 'publish',
+      'messaging.destination.name': topology.exchange,
+      'messaging.rabbitmq.destination.routing_key': 'order.created',
+      'messaging.message.id': messageId,
+      'warren.relay.source': 'outbox',
+      'warren.relay.outcome': 'sent',
+      'warren.outbox.attempts': 0,
+    });
+    expect(typeof relaySpan?.attributes['warren.outbox.id']).toBe('string');
+    expect(relaySpan?.status.code).toBe(SpanStatusCode.UNSET);
     const [consumed] = consumerSpans(traceId);
-    expect(consumerSpans(traceId)).toHaveLength(1);
-    expect(consumed?.parentSpanContext?.spanId).toBe(spanId);
+    expect(consumed?.parentSpanContext?.spanId).toBe(relaySpan?.spanContext().spanId);
+  });
+
+  it('a row the broker cannot route: its relay span ends in error with the outcome flagged', async () => {
+    const h = await harness(backend);
+    const store = h.store();
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { audit: { queue: name('audit'), bindings: ['order.*'] } } }));
+    const warren = await connectWarren(topology);
+    const traceId = await appTracer().startActiveSpan('place order', async (span) => {
+      await store.transaction((tx) => store.outbox.add(tx, 'nobody.listens', { orderId: 4 }));
+      span.end();
+      return span.spanContext().traceId;
+    });
+    const relay = store.relay({ publisher: warren.publisher, exchange: topology.exchange });
+    const pass = await relay.runOnce();
+    expect(pass.flagged).toBe(1);
+    const [relaySpan] = spansOf(traceId).filter((s) => s.kind === SpanKind.PRODUCER);
+    expect(relaySpan?.attributes).toMatchObject({ 'warren.relay.source': 'outbox', 'warren.relay.outcome': 'flagged', 'messaging.rabbitmq.destination.routing_key': 'nobody.listens' });
+    expect(relaySpan?.status.code).toBe(SpanStatusCode.ERROR);
+    expect(relaySpan?.status.message).toMatch(/NO_ROUTE|unroutable/i);
+  });
+
+  it('a row added in a context sampled out: no span is recorded, and the relayed message carries the same trace, unsampled', async () => {
+    const h = await harness(backend);
+    const store = h.store();
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { audit: { queue: name('audit'), bindings: ['order.*'] } } }));
+    const warren = await connectWarren(topology);
+    const conn = await rawConnection();
+    const unsampled = { traceId: randomBytes(16).toString('hex'), spanId: randomBytes(8).toString('hex'), traceFlags: TraceFlags.NONE, isRemote: true };
+    await context.with(trace.setSpanContext(ROOT_CONTEXT, unsampled), () => store.transaction((tx) => store.outbox.add(tx, 'order.created', { orderId: 5 })));
+    const relay = store.relay({ publisher: warren.publisher, exchange: topology.exchange });
+    expect((await relay.runOnce()).published).toBe(1);
+    const queue = topology.consumer('audit').queue;
+    await waitFor(async () => (await depth(conn, queue)) === 1, 'the relayed message is routed');
+    const [msg] = await drain(conn, queue);
+    const traceparent = String(msg?.properties.headers?.['traceparent']);
+    expect(traceparent).toMatch(new RegExp(`^00-${unsampled.traceId}-[0-9a-f]{16}-00$`));
+    // The relay's own (unrecorded) span, not the stored one: the context moved on a step.
+    expect(traceparent).not.toContain(unsampled.spanId);
+    expect(spansOf(unsampled.traceId)).toEqual([]);
   });
 });
 
 describe.each(BACKENDS)('tracing through the retry table: %s', (backend) => {
-  it('a message back from the retry table is in the same trace, linked to the attempt that made it wait', async () => {
+  it('waited in the retry table, released, consumed: the release span is in the same trace, linked to the attempt that made it wait', async () => {
     const h = await harness(backend);
     const store = h.store();
     const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { billing: { queue: name('billing'), bindings: ['order.*'] } } }));
@@ -235,15 +294,74 @@ describe.each(BACKENDS)('tracing through the retry table: %s', (backend) => {
     try {
       const { messageId } = await warren.publish('order.created', { orderId: 5 });
       await waitFor(() => outcomes.some((o) => o.kind === 'acked'), 'the message is back from the retry table and handled');
-      const producer = exporter.getFinishedSpans().find((s) => s.kind === SpanKind.PRODUCER && s.attributes['messaging.message.id'] === messageId);
-      const [waited, handled] = consumerSpans(producer?.spanContext().traceId as string);
-      expect(consumerSpans(producer?.spanContext().traceId as string)).toHaveLength(2);
+      const producer = exporter.getFinishedSpans().find((s) => s.kind === SpanKind.PRODUCER && s.attributes['messaging.message.id'] === messageId && s.name.startsWith('publish '));
+      const traceId = producer?.spanContext().traceId as string;
+      const releaseSpans = () => spansOf(traceId).filter((s) => s.kind === SpanKind.PRODUCER && s !== producer);
+      // The release span ends when the relay has the confirm, which can come after the consumer acked.
+      await waitFor(() => consumerSpans(traceId).length === 2 && releaseSpans().length > 0, 'both consumer spans and the release span to end');
+      const [waited, handled] = consumerSpans(traceId);
       expect(waited?.attributes).toMatchObject({ 'warren.outcome': 'waiting', 'warren.wait.dependency': 'ledger', 'warren.wait.tenant': 'acme' });
+      expect(waited?.parentSpanContext?.spanId).toBe(producer?.spanContext().spanId);
+      const releases = releaseSpans();
+      expect(releases).toHaveLength(1);
+      const [release] = releases;
+      const queue = topology.consumer('billing').queue;
+      expect(release?.name).toBe(`release ${queue}`);
+      expect(release?.parentSpanContext?.spanId).toBe(producer?.spanContext().spanId);
+      expect(release?.attributes).toMatchObject({
+        'messaging.system': 'rabbitmq',
+        'messaging.operation.type': 'send',
+        'messaging.destination.name': 'amq.default',
+        'messaging.rabbitmq.destination.routing_key': queue,
+        'messaging.message.id': messageId,
+        'warren.relay.source': 'retry-table',
+        'warren.relay.outcome': 'sent',
+        'warren.consumer': 'billing',
+        'warren.wait.dependency': 'ledger',
+        'warren.wait.tenant': 'acme',
+      });
+      expect(release?.links.map((l) => [l.attributes?.['warren.link'], l.context.spanId])).toEqual([['previous-attempt', waited?.spanContext().spanId]]);
       expect(handled?.attributes).toMatchObject({ 'warren.outcome': 'acked' });
-      expect(handled?.parentSpanContext?.spanId).toBe(producer?.spanContext().spanId);
+      expect(handled?.parentSpanContext?.spanId).toBe(release?.spanContext().spanId);
       expect(handled?.links.map((l) => l.context.spanId)).toEqual([waited?.spanContext().spanId]);
     } finally {
       await scheduler.stop();
     }
+  });
+});
+
+describe('tracing a trace sampled out at its root', () => {
+  it('records no span, yet the handler, the retry and the next attempt all carry the same unsampled trace', async () => {
+    const topology = testTopology(({ exchange, name }) => ({
+      exchange,
+      retry: { delays: [20], maxAttempts: 3 },
+      consumers: { billing: { queue: name('billing'), bindings: ['order.created'] } },
+    }));
+    const warren = await connectWarren(topology);
+    const seen: Array<{ traceparent: unknown; previous: unknown; handler: string | undefined; recording: boolean | undefined }> = [];
+    const outcomes: Outcome[] = [];
+    await warren.consume(
+      'billing',
+      async (_p: unknown, ctx: MessageContext) => {
+        const active = trace.getActiveSpan();
+        seen.push({ traceparent: ctx.headers['traceparent'], previous: ctx.headers[TRACE_HEADER.previous], handler: active?.spanContext().traceId, recording: active?.isRecording() });
+        if (ctx.attempt === 1) throw new Error('once');
+      },
+      { onOutcome: (o) => outcomes.push(o) },
+    );
+    const unsampled = { traceId: randomBytes(16).toString('hex'), spanId: randomBytes(8).toString('hex'), traceFlags: TraceFlags.NONE, isRemote: true };
+    await context.with(trace.setSpanContext(ROOT_CONTEXT, unsampled), () => warren.publish('order.created', { orderId: 6 }));
+    // The first attempt's outcome is counted after its move's confirm, which can come after the copy was handled.
+    await waitFor(() => outcomes.length === 2, 'the retry and the second attempt to reach their outcomes');
+    expect(outcomes.map((o) => o.kind).sort()).toEqual(['acked', 'retried']);
+    expect(seen).toHaveLength(2);
+    const [first, second] = seen;
+    // The publish's own (unrecorded) span is the parent of both attempts.
+    expect(String(first?.traceparent)).toMatch(new RegExp(`^00-${unsampled.traceId}-[0-9a-f]{16}-00$`));
+    expect(second?.traceparent).toBe(first?.traceparent);
+    expect(first?.previous).toBeUndefined();
+    expect(parseSpanContext(second?.previous)).toMatchObject({ traceId: unsampled.traceId, traceFlags: TraceFlags.NONE });
+    for (const s of seen) expect(s).toMatchObject({ handler: unsampled.traceId, recording: false });
+    expect(spansOf(unsampled.traceId)).toEqual([]);
   });
 });

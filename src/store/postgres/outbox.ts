@@ -1,7 +1,7 @@
 import { backoffDelay } from '../../connection/index.js';
 import type { Logger } from '../../logger.js';
 import type { Outbox, OutboxAddOptions, OutboxFailure, OutboxLag, OutboxReceipt } from '../index.js';
-import { outboxRecord, storedHeaders, type OutboxRow } from '../outbox-message.js';
+import { outboxRecord, rowOrigin, storedHeaders, type OutboxRow } from '../outbox-message.js';
 import type { ClaimOptions, RelayBatch, RelayDriver, RowOutcome } from '../outbox-relay.js';
 import type { PgClient, PgNotification } from './driver.js';
 import type { PostgresInternals } from './index.js';
@@ -74,6 +74,8 @@ interface RowRecord {
   content: string;
   properties: string;
   attempts: number;
+  /** Read by the relay only. */
+  origin?: string | null;
 }
 
 interface ClaimRecord extends RowRecord {
@@ -132,11 +134,11 @@ export class PostgresRelayDriver<C extends PgClient> implements RelayDriver {
         const claimed = (
           await q<ClaimRecord>(
             `WITH claimed AS (
-               SELECT o.id, o.message_id, o.exchange, o.routing_key, o.content, o.properties::text AS properties, o.attempts FROM ${t} AS o
+               SELECT o.id, o.message_id, o.exchange, o.routing_key, o.content, o.properties::text AS properties, o.attempts, o.origin FROM ${t} AS o
                WHERE o.sent_at IS NULL AND o.failed_at IS NULL ORDER BY o.id LIMIT $1 FOR UPDATE SKIP LOCKED),
              bounds AS (SELECT min(id) AS first, max(id) AS last FROM claimed),
              span AS (SELECT coalesce((SELECT max(o.id) FROM ${t} AS o WHERE o.id < b.first), greatest(b.first - $2, 0)) AS lo, b.last FROM bounds AS b)
-             SELECT c.id::text AS id, c.message_id, c.exchange, c.routing_key, c.content, c.properties, c.attempts,
+             SELECT c.id::text AS id, c.message_id, c.exchange, c.routing_key, c.content, c.properties, c.attempts, c.origin,
                (SELECT array_agg(g::text ORDER BY g) FROM span, generate_series(span.lo + 1, span.last) AS g
                  WHERE NOT EXISTS (SELECT 1 FROM ${t} AS o WHERE o.id = g)) AS missing,
                pg_snapshot_xmin(pg_current_snapshot())::text AS xmin, pg_snapshot_xmax(pg_current_snapshot())::text AS xmax
@@ -151,7 +153,7 @@ export class PostgresRelayDriver<C extends PgClient> implements RelayDriver {
         rows = (
           await q<RowRecord>(
             // Order by the bigint column, not the text alias (which would sort '10' before '2').
-            `SELECT o.id::text AS id, o.message_id, o.exchange, o.routing_key, o.content, o.properties::text AS properties, o.attempts FROM ${t} AS o
+            `SELECT o.id::text AS id, o.message_id, o.exchange, o.routing_key, o.content, o.properties::text AS properties, o.attempts, o.origin FROM ${t} AS o
              WHERE o.sent_at IS NULL AND o.failed_at IS NULL ORDER BY o.id LIMIT $1 FOR UPDATE SKIP LOCKED`,
             [claim.limit],
           )
@@ -159,7 +161,7 @@ export class PostgresRelayDriver<C extends PgClient> implements RelayDriver {
       }
       if (rows.length === 0) return { outcomes: [], heldBack };
       const outcomes = await publish(
-        rows.map((r): OutboxRow => ({ id: r.id, messageId: r.message_id, exchange: r.exchange, routingKey: r.routing_key, content: r.content, properties: r.properties, attempts: Number(r.attempts) })),
+        rows.map((r): OutboxRow => ({ id: r.id, messageId: r.message_id, exchange: r.exchange, routingKey: r.routing_key, content: r.content, properties: r.properties, attempts: Number(r.attempts), origin: rowOrigin(r.origin) })),
       );
       const sent = outcomes.filter((o) => o.status === 'sent').map((o) => o.id);
       if (sent.length > 0) await q(`UPDATE ${t} SET sent_at = clock_timestamp() WHERE id = ANY($1::bigint[])`, [sent]);

@@ -1,7 +1,7 @@
 import { StoreSchemaError } from '../../errors.js';
 import type { Logger } from '../../logger.js';
 import type { Outbox, OutboxAddOptions, OutboxFailure, OutboxLag, OutboxReceipt } from '../index.js';
-import { outboxRecord, storedHeaders, type OutboxRow } from '../outbox-message.js';
+import { outboxRecord, rowOrigin, storedHeaders, type OutboxRow } from '../outbox-message.js';
 import type { ClaimOptions, RelayBatch, RelayDriver, RowOutcome } from '../outbox-relay.js';
 import type { SqliteDatabase } from './driver.js';
 import type { SqliteInternals } from './index.js';
@@ -15,6 +15,8 @@ interface RowRecord {
   content: string;
   properties: string;
   attempts: number;
+  /** Read by the relay only. */
+  origin?: string | null;
 }
 
 /**
@@ -145,7 +147,7 @@ export class SqliteRelayDriver<DB extends SqliteDatabase> implements RelayDriver
       const found = this.store
         .statement(
           db,
-          `SELECT id, message_id, exchange, routing_key, content, properties, attempts FROM ${t} WHERE sent_at IS NULL AND failed_at IS NULL AND (lease_until IS NULL OR lease_until <= ? OR lease_owner = ?) AND id NOT IN (SELECT value FROM json_each(?)) ORDER BY id LIMIT ?`,
+          `SELECT id, message_id, exchange, routing_key, content, properties, attempts, origin FROM ${t} WHERE sent_at IS NULL AND failed_at IS NULL AND (lease_until IS NULL OR lease_until <= ? OR lease_owner = ?) AND id NOT IN (SELECT value FROM json_each(?)) ORDER BY id LIMIT ?`,
         )
         .all(now, claim.relayId, JSON.stringify(held), claim.limit) as RowRecord[];
       const taken = found.filter((r) => seen.has(Number(r.id)));
@@ -156,7 +158,7 @@ export class SqliteRelayDriver<DB extends SqliteDatabase> implements RelayDriver
           .run(claim.relayId, now + claim.leaseMs, JSON.stringify(found.map((r) => Number(r.id))));
       }
       return found.map(
-        (r): OutboxRow => ({ id: String(r.id), messageId: r.message_id, exchange: r.exchange, routingKey: r.routing_key, content: r.content, properties: r.properties, attempts: Number(r.attempts) }),
+        (r): OutboxRow => ({ id: String(r.id), messageId: r.message_id, exchange: r.exchange, routingKey: r.routing_key, content: r.content, properties: r.properties, attempts: Number(r.attempts), origin: rowOrigin(r.origin) }),
       );
     }, 'claim outbox rows');
     if (rows === 'busy') return 'busy';
