@@ -6,28 +6,16 @@
 import { Hono, type Context } from 'hono';
 import { InvalidOptionError, UnknownConsumerError, WarrenError } from '../errors.js';
 import { CONSOLE_CSS, CONSOLE_JS, uplotAssets } from './assets.js';
-import { checkCsrf, csrfToken, type ConsoleUser } from './auth.js';
+import { checkCsrf, csrfToken } from './auth.js';
 import { ConsoleData } from './data.js';
 import type { Jobs } from './jobs.js';
 import type { ResolvedOptions } from './options.js';
 import { errorPage, type PageContext } from './pages/layout.js';
 import { overviewPage } from './pages/overview.js';
-import type { ActionEntry } from './record.js';
+import { ConsoleHttpError, type ConsoleEnv, type RouteDeps } from './http.js';
 import { redactText } from './redact.js';
-
-/** What route handlers share. */
-export interface ConsoleEnv {
-  Variables: { user: ConsoleUser; page: PageContext };
-}
-
-/** What the routes of each page need. */
-export interface RouteDeps {
-  readonly options: ResolvedOptions;
-  readonly data: ConsoleData;
-  readonly jobs: Jobs;
-  /** Records an action; every change goes through here. */
-  record(user: ConsoleUser, entry: Omit<ActionEntry, 'at' | 'user'>): Promise<void>;
-}
+import { parkedRoutes } from './routes/parked.js';
+import { storeRoutes } from './routes/store.js';
 
 export const CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
@@ -38,16 +26,6 @@ const SECURITY_HEADERS: Readonly<Record<string, string>> = {
   'referrer-policy': 'same-origin',
   'cache-control': 'no-store',
 };
-
-/** A client error with the status to answer and a message to show as text. */
-export class ConsoleHttpError extends Error {
-  constructor(
-    readonly status: 400 | 403 | 404 | 409,
-    message: string,
-  ) {
-    super(message);
-  }
-}
 
 function wantsJson(c: Context): boolean {
   return c.req.path.includes('/api/') || (c.req.header('accept') ?? '').startsWith('application/json');
@@ -120,7 +98,8 @@ export function consoleApp(options: ResolvedOptions, data: ConsoleData, jobs: Jo
   app.get('/api/overview', async (c) => c.json(await data.overview()));
   app.get('/api/history', (c) => c.json(data.history()));
 
-  void deps;
+  parkedRoutes(app, deps);
+  storeRoutes(app, deps);
 
   app.notFound((c) => {
     const page = c.get('page') as PageContext | undefined;
