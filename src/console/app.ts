@@ -5,6 +5,7 @@
  */
 import { Hono, type Context } from 'hono';
 import { InvalidOptionError, UnknownConsumerError, WarrenError } from '../errors.js';
+import { QueueNotFoundError } from '../park/errors.js';
 import { CONSOLE_CSS, CONSOLE_JS, uplotAssets } from './assets.js';
 import { checkCsrf, csrfToken } from './auth.js';
 import { ConsoleData } from './data.js';
@@ -33,7 +34,8 @@ function wantsJson(c: Context): boolean {
 
 /** Builds the Hono app of one console. */
 export function consoleApp(options: ResolvedOptions, data: ConsoleData, jobs: Jobs): Hono<ConsoleEnv> {
-  const app = new Hono<ConsoleEnv>().basePath(options.basePath || '/');
+  // Not strict: /ops and /ops/ are the same page.
+  const app = new Hono<ConsoleEnv>({ strict: false }).basePath(options.basePath || '/');
   const deps: RouteDeps = {
     options,
     data,
@@ -111,7 +113,7 @@ export function consoleApp(options: ResolvedOptions, data: ConsoleData, jobs: Jo
     let status: 400 | 403 | 404 | 409 | 500 | 502 = 500;
     if (error instanceof ConsoleHttpError) status = error.status;
     else if (error instanceof InvalidOptionError) status = 400;
-    else if (error instanceof UnknownConsumerError) status = 404;
+    else if (error instanceof UnknownConsumerError || error instanceof QueueNotFoundError) status = 404;
     else if (error instanceof WarrenError && (error.code === 'BROKER_UNREACHABLE' || error.code === 'STORE_UNAVAILABLE')) status = 502;
     else if (error instanceof WarrenError && error.code === 'UNKNOWN_DEPENDENCY') status = 400;
     const text = redactText(error instanceof Error ? error.message : String(error));

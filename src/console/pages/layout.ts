@@ -78,6 +78,7 @@ export function layout(ctx: PageContext, options: LayoutOptions): string {
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="warren-csrf" content="${ctx.csrf}">
 <title>${options.title} · warren</title>
 <link rel="stylesheet" href="${a('/assets/console.css')}">
 ${options.charts ? h`<link rel="stylesheet" href="${a('/assets/uplot.css')}">
