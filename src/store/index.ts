@@ -215,6 +215,11 @@ export interface Store<Tx> {
    */
   idempotency(): StoreGuard<Tx>;
   /**
+   * Which of `messageIds` have an idempotency marker for `consumer`: their handler ran and
+   * committed. A canary replay reads this as proof that a replayed message succeeded.
+   */
+  processed(consumer: string, messageIds: readonly string[]): Promise<Set<string>>;
+  /**
    * Runs `work` in a transaction and commits it, or rolls back and rethrows. Throws
    * {@link StoreUnavailableError} when the database cannot be reached.
    */

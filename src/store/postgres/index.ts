@@ -314,6 +314,15 @@ export class PostgresStore<C extends PgClient = PgClient> implements Store<C>, P
     return new PostgresIdempotencyGuard<C>(this, options);
   }
 
+  async processed(consumer: string, messageIds: readonly string[]): Promise<Set<string>> {
+    const found = new Set<string>();
+    if (messageIds.length === 0) return found;
+    const doing = 'read idempotency markers';
+    const rows = await this.withClient((c) => this.query<{ message_id: string }>(c, `SELECT message_id FROM ${this.tables.processed} WHERE consumer = $1 AND message_id = ANY($2::text[])`, [consumer, [...messageIds]], doing), doing);
+    for (const r of rows.rows) found.add(r.message_id);
+    return found;
+  }
+
   relay(options: OutboxRelayOptions): OutboxRelay {
     if (this.closed) throw new ClosedError('The PostgreSQL store');
     const relay = new OutboxRelay(new PostgresRelayDriver<C>(this), options);

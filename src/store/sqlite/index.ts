@@ -336,6 +336,20 @@ export class SqliteStore<DB extends SqliteDatabase = SqliteDatabase> implements 
     return new SqliteIdempotencyGuard<DB>(this);
   }
 
+  async processed(consumer: string, messageIds: readonly string[]): Promise<Set<string>> {
+    const found = new Set<string>();
+    if (messageIds.length === 0) return found;
+    return this.read((db) => {
+      // SQLite allows 999 parameters in older builds: ask in slices.
+      for (let i = 0; i < messageIds.length; i += 500) {
+        const slice = messageIds.slice(i, i + 500);
+        const rows = db.prepare(`SELECT message_id FROM ${this.tables.processed} WHERE consumer = ? AND message_id IN (${slice.map(() => '?').join(', ')})`).all(consumer, ...slice) as Array<{ message_id: string }>;
+        for (const r of rows) found.add(r.message_id);
+      }
+      return found;
+    }, 'read idempotency markers');
+  }
+
   /**
    * Runs `work` inside BEGIN IMMEDIATE … COMMIT on the store's connection, one
    * transaction at a time. `work` may be async; use only `tx` inside it.
