@@ -13,6 +13,7 @@ import { createPool, type PgClient, type PgPool, type PgQueryResult } from './dr
 import { isUnavailable, mapError } from './errors.js';
 import { PostgresIdempotencyGuard, type PostgresGuardOptions } from './idempotency.js';
 import { applyMigrations, LATEST, schemaVersion } from './migrations.js';
+import { PostgresActionLog } from './actions.js';
 import { PostgresOutbox, PostgresRelayDriver } from './outbox.js';
 import { PostgresPruneDriver } from './prune.js';
 import { PostgresRetryTableDriver } from './retry-table.js';
@@ -103,6 +104,7 @@ export class PostgresStore<C extends PgClient = PgClient> implements Store<C>, P
   readonly tables: StoreTables;
   readonly outbox: PostgresOutbox<C>;
   readonly retryTable: RetryTable;
+  readonly actions: PostgresActionLog<C>;
   readonly channel: string | undefined;
   readonly listenChannel: string;
   readonly options: ResolvedStoreOptions;
@@ -140,12 +142,14 @@ export class PostgresStore<C extends PgClient = PgClient> implements Store<C>, P
       retry: q('retry'),
       retryHolds: q('retry_holds'),
       retryAudit: q('retry_audit'),
+      actions: q('actions'),
     });
     // A channel is an identifier (at most 63 bytes); long names are hashed to fit.
     const channel = `${this.schema === undefined ? '' : `${this.schema}.`}${p}outbox`;
     this.listenChannel = channel.length <= 63 ? channel : `warren_outbox_${createHash('sha256').update(channel).digest('hex').slice(0, 32)}`;
     this.channel = options.notify === false ? undefined : this.listenChannel;
     this.outbox = new PostgresOutbox<C>(this);
+    this.actions = new PostgresActionLog<C>(this);
     this.retryTable = new RetryTable({ driver: new PostgresRetryTableDriver<C>(this), relay: (o) => this.relay(o), logger: this.options.logger });
     this.pruner = new PruneSchedule(() => this.prune(), this.options.pruneIntervalMs, this.options.logger, 'postgres');
   }
