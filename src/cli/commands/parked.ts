@@ -9,11 +9,11 @@ import { consumerArg, noExtraArgs, ask, type Command, type CommandContext } from
 import { CliError, EXIT, UsageError, type ExitCode } from '../errors.js';
 import { clip, count, plural, Progress, span, table, when, type ProgressState } from '../format.js';
 
-const FILTER_NAMES = { error: '--error', errorClass: '--error-class', since: '--since', until: '--until', messageIds: '--id', routingKey: '--routing-key' };
+const FILTER_NAMES = { error: '--error', errorClass: '--error-class', since: '--since', until: '--until', messageIds: '--id', routingKey: '--routing-key', fingerprint: '--fingerprint' };
 
 function filterOf(ctx: CommandContext): ParkedFilter {
   const v = ctx.values;
-  return parseFilter({ error: str(v, 'error'), errorClass: str(v, 'error-class'), since: str(v, 'since'), until: str(v, 'until'), messageIds: list(v, 'id'), routingKey: str(v, 'routing-key') }, new Date(), FILTER_NAMES);
+  return parseFilter({ error: str(v, 'error'), errorClass: str(v, 'error-class'), since: str(v, 'since'), until: str(v, 'until'), messageIds: list(v, 'id'), routingKey: str(v, 'routing-key'), fingerprint: str(v, 'fingerprint') }, new Date(), FILTER_NAMES);
 }
 
 /** Options shared by every parked command, from flags. */
