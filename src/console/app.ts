@@ -41,7 +41,7 @@ export function consoleApp(options: ResolvedOptions, data: ConsoleData, jobs: Jo
     data,
     jobs,
     async record(user, entry) {
-      await options.actionLog.write({ at: new Date().toISOString(), user: user.user, ...entry });
+      await options.actionLog.record({ ...entry, actor: user.user });
     },
   };
 

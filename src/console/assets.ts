@@ -181,6 +181,8 @@ export const CONSOLE_JS = String.raw`
           text(canary.querySelector('[data-field=sent]'), fmt(j.canary.sent));
           text(canary.querySelector('[data-field=returned]'), fmt(j.canary.returned));
           text(canary.querySelector('[data-field=window]'), j.canary.windowEndsAt || DASH);
+          text(canary.querySelector('[data-field=rest]'), fmt(j.canary.rest));
+          canary.setAttribute('data-verdict', j.canary.verdict || '');
         }
         if (j.state === 'running' || j.state === 'watching' || j.state === 'awaiting-decision') setTimeout(follow, 1000);
       }, function () { setTimeout(follow, 3000); });

@@ -4,7 +4,7 @@ import type { MessageContext } from '../consume/types.js';
 import { PermanentError } from '../errors.js';
 import { listParked } from '../park/operations.js';
 import { declared, failures, publishParked } from '../park/testing/fixtures.js';
-import { CSP, memoryActionLog, type ActionEntry, type Overview } from './index.js';
+import { CSP, memoryActionLog, type ActionRecord, type Overview } from './index.js';
 import { redactText } from './redact.js';
 import { csrfOf, get, jobUntil, OPERATOR, post, testConsole, VIEWER } from './testing/harness.js';
 
@@ -37,24 +37,29 @@ describe('console: overview', () => {
     await publishParked(conn, topology, billing, failures(2));
     const ops = testConsole(topology);
     // The management API's figures lag by its statistics interval (5 s by default).
-    await waitFor(async () => (JSON.parse((await get(ops, '/api/overview')).text) as Overview).consumers.some((c) => c.parked.depth === 2), 'the broker reports two parked');
-
-    const page = await get(ops, '/');
+    const rowOf = (html: string) => new RegExp(`<tr data-consumer="${billing.name.replace(/\./g, '\\.')}">[\\s\\S]*?</tr>`).exec(html)?.[0] ?? '';
+    let page = await get(ops, '/');
+    await waitFor(async () => {
+      page = await get(ops, '/');
+      return /<td class="n alert" data-field="parked">2<\/td>/.test(rowOf(page.text));
+    }, 'the page shows two parked, in alert colour');
+    const row = rowOf(page.text);
     expect(page.status).toBe(200);
     expect(page.headers.get('content-security-policy')).toBe(CSP);
     expect(CSP).toContain("frame-ancestors 'none'");
     expect(CSP).toContain("default-src 'self'");
-    const row = new RegExp(`<tr data-consumer="${billing.name.replace(/\./g, '\\.')}">[\\s\\S]*?</tr>`).exec(page.text)?.[0] ?? '';
-    expect(row).toMatch(/<td class="n alert" data-field="parked">2<\/td>/);
     expect(row).toMatch(/data-field="work">0</);
     expect(page.text).toMatch(/<li data-kind="parked" data-consumer="[^"]*billing">/);
     // No inline script or style: only files of the console's own.
     expect(page.text).not.toMatch(/<script(?![^>]*\bsrc=)/);
     expect(page.text).not.toMatch(/<style|\sstyle=/);
 
-    const json = JSON.parse((await get(ops, '/api/overview')).text) as Overview;
+    let json = JSON.parse((await get(ops, '/api/overview')).text) as Overview;
+    await waitFor(async () => {
+      json = JSON.parse((await get(ops, '/api/overview')).text) as Overview;
+      return json.consumers.find((c) => c.name === billing.name)?.parked.depth === 2;
+    }, 'the JSON shows two parked');
     const b = json.consumers.find((c) => c.name === billing.name);
-    expect(b?.parked.depth).toBe(2);
     expect(b?.tiers.map((t) => t.delay)).toEqual(['20ms']);
     expect(json.problems.filter((p) => p.kind === 'parked').map((p) => p.consumer)).toEqual([billing.name]);
     expect(json.ok).toBe(false);
@@ -106,7 +111,7 @@ describe('console: who may do what', () => {
     // Another user's token is not this user's.
     expect((await post(ops, path, fields, { csrf: await csrfOf(ops, VIEWER) })).status).toBe(403);
     expect((await post(ops, path, fields, { headers: { origin: 'http://evil.example' } })).status).toBe(403);
-    expect(await log.list(10)).toEqual([]);
+    expect(await log.list({ limit: 10 })).toEqual([]);
     expect(await depth(billing.parkedQueue)).toBe(1);
     // A viewer sees no action forms.
     const viewerPage = await get(ops, `/parked/${billing.name}`, VIEWER);
@@ -221,10 +226,10 @@ describe('console: replay, canary, purge', () => {
     const left = (await listParked(conn, billing)).messages;
     expect(left.map((m) => m.errorMessage)).toEqual(['tax table missing', 'tax table missing']);
 
-    const entries = await log.list(10);
-    const done = entries.find((e: ActionEntry) => e.action === 'parked.replay' && e.detail['phase'] === 'done');
-    expect(done).toMatchObject({ user: 'alice', consumer: billing.name, count: 3 });
-    expect(done?.filter['fingerprint']).toBe(groups[0]?.fingerprint);
+    const entries = await log.list({ limit: 10 });
+    const done = entries.find((e: ActionRecord) => e.action === 'parked.replay');
+    expect(done).toMatchObject({ actor: 'alice', consumer: billing.name, count: 3, outcome: 'ok' });
+    expect(done?.filter?.['fingerprint']).toBe(groups[0]?.fingerprint);
     const actions = await get(ops, '/actions');
     expect(actions.text).toMatch(/<td data-field="action">parked\.replay<\/td>/);
   });
@@ -245,7 +250,7 @@ describe('console: replay, canary, purge', () => {
     expect(res.status).toBe(303);
     const waiting = await jobUntil(ops, res.location, ['awaiting-decision', 'failed', 'done']);
     expect(waiting.state).toBe('awaiting-decision');
-    expect(waiting.canary).toMatchObject({ n: 2, sent: 2, returned: 2, rest: 3 });
+    expect(waiting.canary).toMatchObject({ n: 2, sent: 2, returned: 2, rest: 3, verdict: 'failed' });
     const stop = await post(ops, `${(res.location as string).replace(ops.basePath, '')}/stop`, {});
     expect(stop.status).toBe(303);
     const stopped = await jobUntil(ops, res.location, ['stopped', 'done', 'failed']);
@@ -284,6 +289,6 @@ describe('console: replay, canary, purge', () => {
     expect((await listParked(conn, billing)).messages.map((m) => m.messageId).sort()).toEqual(['late', 'm-00003']);
     // The token is used up.
     expect((await post(ops, `/parked/${billing.name}/purge`, { purge: token, confirm: '2' })).status).toBe(409);
-    expect((await log.list(10)).find((e) => e.action === 'parked.purge')).toMatchObject({ user: 'alice', count: 2, consumer: billing.name });
+    expect((await log.list({ limit: 10 })).find((e) => e.action === 'parked.purge')).toMatchObject({ actor: 'alice', count: 2, consumer: billing.name, outcome: 'ok' });
   });
 });

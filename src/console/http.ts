@@ -17,7 +17,7 @@ export interface RouteDeps {
   readonly data: ConsoleData;
   readonly jobs: Jobs;
   /** Records an action; every change goes through here. */
-  record(user: ConsoleUser, entry: Omit<ActionEntry, 'at' | 'user'>): Promise<void>;
+  record(user: ConsoleUser, entry: Omit<ActionEntry, 'at' | 'actor'>): Promise<void>;
 }
 
 /** A client error with the status to answer and a message to show as text. */

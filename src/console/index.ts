@@ -17,7 +17,8 @@ import { resolveOptions, type ConsoleOptions } from './options.js';
 
 export { anyOf, basicAuth, hashPassword, parseUsers, readUsersFile, tokenAuth, trustedHeaderAuth, verifyPassword, type Authorize, type ConsoleRole, type ConsoleUser, type TrustedHeaderOptions, type UserEntry } from './auth.js';
 export { nodeListener, type FetchHandler } from './node.js';
-export { memoryActionLog, type ActionEntry, type ActionLog } from './record.js';
+export { memoryActionLog, type ActionEntry, type ActionLog, type ActionRecord } from './record.js';
+export { fileActionLog } from '../audit/index.js';
 export type { ConsoleOptions } from './options.js';
 export type { Overview, ConsumerView, ConsumerHistory, Problem, QueueView } from './data.js';
 export type { JobView, JobState, JobProgress, CanaryState } from './jobs.js';

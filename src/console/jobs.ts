@@ -23,15 +23,19 @@ export interface JobProgress {
 export interface CanaryState {
   /** How many to send first. */
   n: number;
-  windowMs: number;
+  /** How long the canaries are watched; null until known when the default (the retry ladder plus 10 s) applies. */
+  windowMs: number | null;
   /** Canaries actually sent. */
   sent: number;
   /** Canaries that came back to the parked queue within the window. */
   returned: number;
   returnedIds: string[];
+  /** When the watch ended. */
   windowEndsAt: string | null;
-  /** Messages of the group left after the canaries. */
-  rest: number;
+  /** Messages of the group left after the canaries; null until the watch ends. */
+  rest: number | null;
+  /** `succeeded`, `failed`, `empty` or `unknown` (see canaryReplay); null while watching. */
+  verdict: string | null;
 }
 
 /** A job as the page and its JSON show it. */

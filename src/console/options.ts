@@ -49,7 +49,7 @@ export interface ConsoleOptions {
    * rebinding page from reaching a console on loopback. @default any host
    */
   allowedHosts?: readonly string[];
-  /** Where actions are recorded. @default the last 1000 in memory */
+  /** Where actions are recorded (see `src/audit`). @default the store's action record (`store.actions`) when a store is given, else the last 1000 in memory */
   actionLog?: ActionLog;
   /** How long a broker or database reading is reused. @default 2000 */
   cacheMs?: number;
@@ -169,7 +169,7 @@ export function resolveOptions(options: ConsoleOptions): ResolvedOptions {
     challenge: options.challenge,
     csrfSecret: options.csrfSecret !== undefined ? Buffer.from(options.csrfSecret, 'utf8') : randomBytes(32),
     allowedHosts: options.allowedHosts ? new Set(options.allowedHosts.map((h) => h.toLowerCase())) : undefined,
-    actionLog: options.actionLog ?? memoryActionLog(),
+    actionLog: options.actionLog ?? options.store?.actions ?? memoryActionLog(),
     cacheMs: ms('cacheMs', options.cacheMs, 2000, 0),
     sampleIntervalMs: ms('sampleIntervalMs', options.sampleIntervalMs, 15_000, 100),
     historyMs: ms('historyMs', options.historyMs, 3_600_000, 1000),

@@ -1,50 +1,33 @@
 /**
- * The record of what operators did through the console: who, when, what, with which
- * filter, how many messages or rows. Every action goes through {@link ActionLog.write},
- * so where the record is kept can change without touching the routes.
+ * Where the console keeps its record of actions: the action record of `src/audit`
+ * (the store's `actions` table, a JSON-lines file, or this module's in-memory log).
+ * Every route records through `RouteDeps.record`, so where the record is kept is
+ * decided once, in the options.
  */
-import { appendFile } from 'node:fs/promises';
+import { checkEntry, checkQuery, type ActionEntry, type ActionLog, type ActionQuery, type ActionRecord } from '../audit/index.js';
 
-/** One action taken through the console. */
-export interface ActionEntry {
-  /** When it was asked for (ISO time). */
-  readonly at: string;
-  /** Who asked, as `authorize` named them. */
-  readonly user: string;
-  /** What was done, e.g. `parked.replay`, `parked.purge`, `retry.pause`, `outbox.release`. */
-  readonly action: string;
-  /** The consumer it applied to, when there is one. */
-  readonly consumer: string | null;
-  /** The selection, in words or as the filter's fields. */
-  readonly filter: Readonly<Record<string, unknown>>;
-  /** Messages or rows the action touched (or, for a job still running, asked for). */
-  readonly count: number;
-  /** Anything else worth keeping: the rate, the job id, how it ended. */
-  readonly detail: Readonly<Record<string, unknown>>;
-}
-
-/** Where the console keeps its action record. */
-export interface ActionLog {
-  write(entry: ActionEntry): Promise<void>;
-  /** Entries, newest first. */
-  list(limit: number): Promise<readonly ActionEntry[]>;
-}
+export type { ActionEntry, ActionLog, ActionQuery, ActionRecord };
 
 /**
- * Keeps the last `capacity` entries in memory and, when `file` is given, appends each
- * as a JSON line to it, so the record outlives the process.
+ * Keeps the last `capacity` actions in this process's memory: gone when it stops. What the
+ * console uses when it has neither a store nor a file to record to.
  */
-export function memoryActionLog(options: { capacity?: number; file?: string } = {}): ActionLog {
-  const capacity = options.capacity ?? 1000;
-  const entries: ActionEntry[] = [];
+export function memoryActionLog(capacity = 1000): ActionLog {
+  const records: ActionRecord[] = [];
+  let next = 0;
   return {
-    async write(entry) {
-      entries.push(entry);
-      if (entries.length > capacity) entries.splice(0, entries.length - capacity);
-      if (options.file !== undefined) await appendFile(options.file, `${JSON.stringify(entry)}\n`, 'utf8');
+    record(entry: ActionEntry): Promise<ActionRecord> {
+      const e = checkEntry(entry);
+      next += 1;
+      const record: ActionRecord = { id: String(next), ...e };
+      records.push(record);
+      if (records.length > capacity) records.splice(0, records.length - capacity);
+      return Promise.resolve(record);
     },
-    list(limit) {
-      return Promise.resolve(entries.slice(-limit).reverse());
+    list(query?: ActionQuery): Promise<ActionRecord[]> {
+      const q = checkQuery(query);
+      const out = records.filter((r) => (q.since === undefined || r.at >= q.since) && (q.action === undefined || r.action === q.action) && (q.consumer === undefined || r.consumer === q.consumer));
+      return Promise.resolve(out.reverse().slice(0, q.limit));
     },
   };
 }

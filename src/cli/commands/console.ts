@@ -84,7 +84,7 @@ export const consoleCommand: Command = {
     'trusted-header': { type: 'string', label: '--trusted-header NAME', help: 'take the user name from this header, set by an authenticating proxy' },
     'trusted-role-header': { type: 'string', label: '--trusted-role-header NAME', help: 'with --trusted-header: the header that says viewer or operator; default everyone is a viewer' },
     'base-path': { type: 'string', label: '--base-path PATH', help: 'serve under this path, e.g. /warren behind a proxy; default /' },
-    'audit-file': { type: 'string', label: '--audit-file FILE', help: 'append every action as a JSON line to FILE' },
+    'audit-file': { type: 'string', label: '--audit-file FILE', help: 'record actions as JSON lines in FILE; default the database\'s action record with --db, else memory' },
   },
   examples: [
     'warren console -t dist/topology.js',
@@ -143,7 +143,7 @@ export const consoleCommand: Command = {
         ...(hasAuth ? { challenge: 'Basic realm="warren console", charset="UTF-8"' } : {}),
         // A console on loopback answers only to loopback names: a DNS-rebinding page cannot reach it.
         ...(loopback ? { allowedHosts: [`${shownHost}:${bound}`, `localhost:${bound}`, `127.0.0.1:${bound}`, `[::1]:${bound}`] } : {}),
-        ...(auditFile !== undefined ? { actionLog: mod.memoryActionLog({ file: auditFile }) } : {}),
+        ...(auditFile !== undefined ? { actionLog: mod.fileActionLog(auditFile) } : {}),
       });
       server.on('request', mod.nodeListener(ops.fetch));
       const who = hasAuth ? 'sign in required' : 'anyone on this machine is an operator';

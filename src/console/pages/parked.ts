@@ -69,7 +69,7 @@ function groupRow(ctx: PageContext, consumer: string, g: ParkedGroup, f: FilterF
 <td>${
     operator
       ? h`<form class="inline" method="post" action="${ctx.base}/parked/${c}/replay">${csrfField(ctx)}${hiddenFilter(f)}<input type="hidden" name="scope" value="group"><input type="hidden" name="fingerprint" value="${g.fingerprint}">${rateField()}<button type="submit" data-action="replay-group">Replay ${g.count}</button></form>
-<form class="inline" method="post" action="${ctx.base}/parked/${c}/canary">${csrfField(ctx)}${hiddenFilter(f)}<input type="hidden" name="fingerprint" value="${g.fingerprint}"><label>first <input type="number" name="n" min="1" value="${Math.min(3, g.count)}" size="3"></label><label>watch <input type="number" name="window" min="1" value="30" size="4"> s</label><button type="submit" data-action="canary">Canary</button></form>
+<form class="inline" method="post" action="${ctx.base}/parked/${c}/canary">${csrfField(ctx)}${hiddenFilter(f)}<input type="hidden" name="fingerprint" value="${g.fingerprint}"><label>first <input type="number" name="n" min="1" value="${Math.min(3, g.count)}" size="3"></label><label>watch <input type="number" name="window" min="0" size="4" placeholder="ladder+10"> s</label><button type="submit" data-action="canary">Canary</button></form>
 <a href="${ctx.base}/parked/${c}/purge${filterQuery(f, { fingerprint: g.fingerprint })}" data-action="purge-group">Purge…</a>`
       : ''
   } <a href="${ctx.base}/parked/${c}/export${filterQuery(f, { fingerprint: g.fingerprint })}" data-action="export-group">Export</a></td>
@@ -240,7 +240,7 @@ export function jobPage(ctx: PageContext, j: JobView): string {
 </dl>
 ${
   j.canary
-    ? h`<p id="canary-outcomes">Canaries sent: <b data-field="sent">${j.canary.sent}</b> of ${j.canary.n}; came back to the parked queue: <b data-field="returned">${j.canary.returned}</b>; watching until <span data-field="window">${j.canary.windowEndsAt ?? '–'}</span>. ${j.canary.rest} more in the group.</p>`
+    ? h`<p id="canary-outcomes" data-verdict="${j.canary.verdict ?? ''}">Canaries sent: <b data-field="sent">${j.canary.sent}</b> of ${j.canary.n}; came back to the parked queue: <b data-field="returned">${j.canary.returned}</b>; watched until <span data-field="window">${j.canary.windowEndsAt ?? '–'}</span>; left in the group: <b data-field="rest">${num(j.canary.rest)}</b>.</p>`
     : ''
 }
 ${operator ? h`${j.kind === 'canary' ? form('continue', 'Continue with the rest', 'canary-decision', j.state !== 'awaiting-decision') : ''} ${form('stop', 'Stop', 'job-stop', !live, 'danger')}` : ''}

@@ -1,6 +1,6 @@
 import type { RetryAuditEntry, RetryHold, RetryRow, RetrySignals } from '../../retry-table/index.js';
 import type { OutboxFailure } from '../../store/index.js';
-import type { ActionEntry } from '../record.js';
+import type { ActionRecord } from '../record.js';
 import { csrfField, h, layout, num, span, when, type Fragment, type PageContext } from './layout.js';
 
 function noStore(ctx: PageContext, title: string, section: 'retry' | 'outbox'): string {
@@ -93,9 +93,9 @@ ${operator && rows.length > 0 ? h`<p><button type="submit" data-action="release-
 }
 
 /** Every action taken through the console, newest first. */
-export function actionsPage(ctx: PageContext, entries: readonly ActionEntry[]): string {
-  const body = h`<table id="actions" class="grid"><thead><tr><th>when</th><th>who</th><th>action</th><th>consumer</th><th>selection</th><th>count</th><th>detail</th></tr></thead><tbody>
-${entries.map((e) => h`<tr data-action="${e.action}"><td>${e.at}</td><td data-field="user">${e.user}</td><td data-field="action">${e.action}</td><td>${e.consumer ?? ''}</td><td class="cell-text">${JSON.stringify(e.filter)}</td><td class="n" data-field="count">${e.count < 0 ? '–' : e.count}</td><td class="cell-text">${JSON.stringify(e.detail)}</td></tr>`)}
+export function actionsPage(ctx: PageContext, entries: readonly ActionRecord[]): string {
+  const body = h`<table id="actions" class="grid"><thead><tr><th>when</th><th>who</th><th>action</th><th>consumer</th><th>selection</th><th>count</th><th>outcome</th><th>detail</th></tr></thead><tbody>
+${entries.map((e) => h`<tr data-action="${e.action}" data-record-id="${e.id}"><td>${when(e.at)}</td><td data-field="actor">${e.actor}</td><td data-field="action">${e.action}</td><td>${e.consumer ?? ''}</td><td class="cell-text">${e.filter ? JSON.stringify(e.filter) : ''}</td><td class="n" data-field="count">${e.count}</td><td data-field="outcome">${e.outcome}</td><td class="cell-text">${e.detail ? JSON.stringify(e.detail) : ''}</td></tr>`)}
 </tbody></table>
 ${entries.length === 0 ? h`<p id="no-actions" class="muted">Nothing done through this console yet.</p>` : ''}`;
   return layout(ctx, { title: 'Actions', section: 'actions', body });

@@ -6,6 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Context, Hono } from 'hono';
 import type * as amqp from 'amqplib';
+import { canaryReplay, continueCanary } from '../../park/canary.js';
 import { describeFilter, parseFilter, type ParkedFilter } from '../../park/filter.js';
 import { parkedIdentity } from '../../park/identity.js';
 import { attemptHistory, groupParked, type ParkedMessage } from '../../park/message.js';
@@ -13,7 +14,7 @@ import { browseParked, exportRecord, listParked, purgeParked, replayParked, type
 import type { ConsumerTopology } from '../../topology/declaration.js';
 import { ConsoleHttpError, type ConsoleEnv, type RouteDeps } from '../http.js';
 import type { ConsoleUser } from '../auth.js';
-import type { Job, JobView } from '../jobs.js';
+import type { Job, JobState, JobView } from '../jobs.js';
 import { filterQuery, jobPage, messagePage, parkedIndexPage, parkedPage, purgedPage, purgePage, type FilterFields } from '../pages/parked.js';
 import { formOf, numberField, queryOf, type Fields } from './form.js';
 
@@ -37,21 +38,9 @@ function plainFilter(filter: ParkedFilter, fingerprint?: string): Record<string,
   if (filter.until !== undefined) out['until'] = filter.until.toISOString();
   if (filter.routingKey !== undefined) out['routingKey'] = filter.routingKey;
   if (filter.messageIds !== undefined) out['messageIds'] = filter.messageIds.length > 20 ? `${filter.messageIds.length} ids` : filter.messageIds;
-  if (fingerprint !== undefined) out['fingerprint'] = fingerprint;
+  const fp = fingerprint ?? filter.fingerprint;
+  if (fp !== undefined) out['fingerprint'] = fp;
   return out;
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal.aborted) return resolve();
-    const t = setTimeout(done, ms);
-    function done() {
-      clearTimeout(t);
-      signal.removeEventListener('abort', done);
-      resolve();
-    }
-    signal.addEventListener('abort', done, { once: true });
-  });
 }
 
 interface PendingPurge {
@@ -80,22 +69,6 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
     return { ...result, incomplete };
   }
 
-  /** The ids of the group's messages, in queue order; messages without an id cannot be told apart and are left. */
-  async function groupIds(target: ParkedTarget, filter: ParkedFilter, fingerprint: string): Promise<{ ids: string[]; withoutId: number }> {
-    const ids: string[] = [];
-    let withoutId = 0;
-    await browseParked(await model(), target, {
-      filter,
-      maxHeld: options.maxParkedRead,
-      onMessage: (m) => {
-        if (m.fingerprint !== fingerprint) return;
-        if (m.messageId === undefined) withoutId += 1;
-        else if (!ids.includes(m.messageId)) ids.push(m.messageId);
-      },
-    });
-    return { ids, withoutId };
-  }
-
   /** The messages a replay or purge form selects, as a filter of message ids or the page's filter. */
   async function selection(target: ParkedTarget, f: Fields): Promise<{ filter: ParkedFilter; words: string; recorded: Record<string, unknown>; asked: number | null }> {
     const ff = filterFields(f);
@@ -109,9 +82,8 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
     if (scope === 'group') {
       const fingerprint = f.one('fingerprint');
       if (fingerprint === undefined) throw new ConsoleHttpError(400, 'No group given (fingerprint).');
-      const { ids, withoutId } = await groupIds(target, base, fingerprint);
-      if (ids.length === 0) throw new ConsoleHttpError(409, `The group ${fingerprint} has no message with an id left${withoutId ? ` (${withoutId} without one: use the filter instead)` : ''}.`);
-      return { filter: { messageIds: ids }, words: `group ${fingerprint} (${ids.length} message${ids.length === 1 ? '' : 's'})`, recorded: plainFilter(base, fingerprint), asked: ids.length };
+      const filter = { ...base, fingerprint };
+      return { filter, words: `group ${fingerprint}`, recorded: plainFilter(filter), asked: null };
     }
     if (scope !== 'filter') throw new ConsoleHttpError(400, `Unknown scope ${JSON.stringify(scope)}: one of selected, group, filter.`);
     return { filter: base, words: describeFilter(base), recorded: plainFilter(base), asked: null };
@@ -140,8 +112,17 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
     return result;
   }
 
-  const ended = (user: ConsoleUser, action: string, recorded: Record<string, unknown>) => async (j: JobView) => {
-    await deps.record(user, { action, consumer: j.consumer, filter: recorded, count: j.progress.replayed, detail: { job: j.id, phase: j.state, note: j.message, ...(j.canary ? { canaries: j.canary.sent, returned: j.canary.returned } : {}) } });
+  const OUTCOME: Record<JobState, 'ok' | 'partial' | 'failed'> = { done: 'ok', stopped: 'partial', failed: 'failed', running: 'partial', watching: 'partial', 'awaiting-decision': 'partial' };
+  /** A job is recorded when it ends, however it ends: what it was asked, how many it replayed. */
+  const ended = (user: ConsoleUser, action: string, recorded: Record<string, unknown>, rate: number | undefined) => async (j: JobView) => {
+    await deps.record(user, {
+      action,
+      consumer: j.consumer,
+      filter: recorded,
+      count: j.progress.replayed,
+      outcome: OUTCOME[j.state],
+      detail: { job: j.id, state: j.state, note: j.message, rate: rate ?? null, ...(j.canary ? { canaries: j.canary.sent, canariesBack: j.canary.returned, verdict: j.canary.verdict } : {}) },
+    });
   };
 
   app.get('/parked', async (c) => {
@@ -200,7 +181,7 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
         if (fingerprint === undefined || m.fingerprint === fingerprint) lines.push(`${JSON.stringify(exportRecord(m))}\n`);
       },
     });
-    await deps.record(c.get('user'), { action: 'parked.export', consumer: target.name, filter: plainFilter(filter, fingerprint), count: lines.length, detail: {} });
+    await deps.record(c.get('user'), { action: 'parked.export', consumer: target.name, filter: plainFilter(filter, fingerprint), count: lines.length, outcome: 'ok' });
     const name = `${target.name}-parked-${new Date().toISOString().replace(/[:.]/g, '-')}.jsonl`.replace(/[^A-Za-z0-9._-]/g, '_');
     return c.body(lines.join(''), 200, { 'content-type': 'application/x-ndjson; charset=utf-8', 'content-disposition': `attachment; filename="${name}"` });
   });
@@ -211,7 +192,6 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
     const f = await formOf(c);
     const rate = numberField(f, 'rate', 'rate', 0.01, 1_000_000);
     const sel = await selection(target, f);
-    await deps.record(user, { action: 'parked.replay', consumer: target.name, filter: sel.recorded, count: sel.asked ?? -1, detail: { phase: 'started', rate: rate ?? null } });
     const id = jobs.start(
       { kind: 'replay', consumer: target.name, user: user.user, selection: sel.words, ratePerSecond: rate ?? null },
       async (job) => {
@@ -219,7 +199,7 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
         job.view.message = `${result.replayed} replayed to ${result.targetQueue}${result.failed.length ? `; ${result.failed.length} could not be moved and stay parked` : ''}${result.stopReason === 'aborted' ? '; stopped' : ''}.`;
         if (result.stopReason === 'aborted') job.view.state = 'stopped';
       },
-      ended(user, 'parked.replay', sel.recorded),
+      ended(user, 'parked.replay', sel.recorded, rate),
     );
     return c.redirect(`${options.basePath}/jobs/${id}`, 303);
   });
@@ -229,73 +209,77 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
     const user = c.get('user');
     const f = await formOf(c);
     const n = numberField(f, 'n', 'first N', 1, 10_000) ?? 3;
-    const windowMs = (numberField(f, 'window', 'watch window (seconds)', 1, 3600) ?? 30) * 1000;
+    const windowSeconds = numberField(f, 'window', 'watch window (seconds)', 0, 86_400);
     const rate = numberField(f, 'rate', 'rate', 0.01, 1_000_000);
     const fingerprint = f.one('fingerprint');
     if (fingerprint === undefined) throw new ConsoleHttpError(400, 'A canary replay needs a group (fingerprint).');
-    const base = toFilter(filterFields(f));
-    const { ids } = await groupIds(target, base, fingerprint);
-    if (ids.length === 0) throw new ConsoleHttpError(409, `The group ${fingerprint} has no message with an id left.`);
-    const canaries = ids.slice(0, Math.floor(n));
-    const rest = ids.slice(canaries.length);
-    const recorded = { ...plainFilter(base, fingerprint), canaries: canaries.length, windowMs };
-    await deps.record(user, { action: 'parked.canary', consumer: target.name, filter: recorded, count: canaries.length, detail: { phase: 'started', rest: rest.length, rate: rate ?? null } });
+    const filter: ParkedFilter = { ...toFilter(filterFields(f)), fingerprint };
+    const recorded = { ...plainFilter(filter), canaries: Math.floor(n) };
     const id = jobs.start(
       {
         kind: 'canary',
         consumer: target.name,
         user: user.user,
-        selection: `group ${fingerprint}: first ${canaries.length}, then ${rest.length} more`,
+        selection: `group ${fingerprint}: the first ${Math.floor(n)}, then the rest`,
         ratePerSecond: rate ?? null,
-        canary: { n: canaries.length, windowMs, sent: 0, returned: 0, returnedIds: [], windowEndsAt: null, rest: rest.length },
+        canary: { n: Math.floor(n), windowMs: windowSeconds === undefined ? null : windowSeconds * 1000, sent: 0, returned: 0, returnedIds: [], windowEndsAt: null, rest: null, verdict: null },
       },
       async (job) => {
         const canary = job.view.canary as NonNullable<Job['view']['canary']>;
-        const first = await replayPass(job, target, { messageIds: canaries }, undefined, user);
-        const failed = new Set(first.failed.map((m) => m.messageId));
-        const sent = canaries.filter((x) => !failed.has(x));
-        canary.sent = Math.min(first.replayed, sent.length);
-        if (job.signal.aborted) return;
         job.view.state = 'watching';
-        const end = Date.now() + windowMs;
-        canary.windowEndsAt = new Date(end).toISOString();
-        // A canary that fails again is parked again: seen back in the parked queue within the window.
-        while (Date.now() < end && !job.signal.aborted && sent.length > 0) {
-          const back = new Set<string>();
-          await browseParked(await model(), target, {
-            filter: { messageIds: sent },
-            maxHeld: options.maxParkedRead,
-            onMessage: (m) => {
-              if (m.messageId !== undefined) back.add(m.messageId);
-            },
-          });
-          canary.returnedIds = [...back];
-          canary.returned = back.size;
-          if (back.size === sent.length) break;
-          await sleep(Math.min(1000, end - Date.now()), job.signal);
-        }
+        const result = await canaryReplay(await model(), target, {
+          filter,
+          count: Math.floor(n),
+          ...(windowSeconds !== undefined ? { windowMs: Math.round(windowSeconds * 1000) } : {}),
+          signal: job.signal,
+          actor: user.user,
+          maxHeld: options.maxParkedRead,
+          ...(options.store ? { processed: options.store } : {}),
+          onOutcome: (m) => {
+            canary.sent = Math.max(canary.sent, 1);
+            if (m.outcome === 'failed' && m.messageId !== undefined) {
+              canary.returned += 1;
+              canary.returnedIds.push(m.messageId);
+            }
+          },
+        });
+        deps.data.invalidate();
+        canary.sent = result.canaries.length;
+        canary.returned = result.failed;
+        canary.rest = result.remaining;
+        canary.verdict = result.verdict;
+        canary.windowMs = result.windowMs;
+        canary.windowEndsAt = new Date(Date.now()).toISOString();
+        job.view.progress.replayed = result.replay.replayed;
         if (job.signal.aborted) return;
+        if (result.verdict === 'empty') {
+          job.view.message = 'Nothing in the group was left to replay.';
+          return;
+        }
         job.view.state = 'awaiting-decision';
         job.view.message =
-          canary.returned === 0
-            ? `None of the ${canary.sent} canaries came back within ${windowMs / 1000} s. Continue with the other ${rest.length}, or stop.`
-            : `${canary.returned} of ${canary.sent} canaries came back to the parked queue: the cause is probably not fixed. Stop, or continue anyway.`;
-        const go = await job.decision();
-        if (!go) {
+          result.failed === 0
+            ? `None of the ${result.canaries.length} canaries came back within ${Math.round(result.windowMs / 1000)} s (${result.succeeded} succeeded). Continue with the other ${result.remaining}, or stop.`
+            : `${result.failed} of ${result.canaries.length} canaries came back to the parked queue: the cause is probably not fixed. Stop, or continue anyway.`;
+        if (!(await job.decision())) {
           job.view.state = 'stopped';
-          job.view.message = `Stopped after the canaries: ${canary.returned} of ${canary.sent} came back; the other ${rest.length} stay parked.`;
+          job.view.message = `Stopped after the canaries: ${result.failed} of ${result.canaries.length} came back; the other ${result.remaining} stay parked.`;
           return;
         }
         job.view.state = 'running';
-        if (rest.length === 0) {
-          job.view.message = 'No message left in the group after the canaries.';
-          return;
-        }
-        const result = await replayPass(job, target, { messageIds: rest }, rate, user);
-        job.view.message = `Canaries: ${canary.returned} of ${canary.sent} came back. Then ${result.replayed} more replayed to ${result.targetQueue}${result.stopReason === 'aborted' ? '; stopped' : ''}.`;
-        if (result.stopReason === 'aborted') job.view.state = 'stopped';
+        const rest = await continueCanary(await model(), target, result, {
+          signal: job.signal,
+          actor: user.user,
+          maxHeld: options.maxParkedRead,
+          onProgress: progressOf(job),
+          ...(rate !== undefined ? { ratePerSecond: rate } : {}),
+        });
+        deps.data.invalidate();
+        job.view.progress.replayed += rest.replayed;
+        job.view.message = `Canaries: ${result.failed} of ${result.canaries.length} came back. Then ${rest.replayed} more replayed to ${rest.targetQueue}${rest.stopReason === 'aborted' ? '; stopped' : ''}.`;
+        if (rest.stopReason === 'aborted') job.view.state = 'stopped';
       },
-      ended(user, 'parked.canary', recorded),
+      ended(user, 'parked.canary', recorded, rate),
     );
     return c.redirect(`${options.basePath}/jobs/${id}`, 303);
   });
@@ -357,7 +341,7 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
     pending.delete(token);
     const result = await purgeParked(await model(), target, { only: p.identities, maxHeld: options.maxParkedRead });
     deps.data.invalidate();
-    await deps.record(user, { action: 'parked.purge', consumer: target.name, filter: p.filter, count: result.removed, detail: { counted: p.identities.length, notFound: result.notFound } });
+    await deps.record(user, { action: 'parked.purge', consumer: target.name, filter: p.filter, count: result.removed, outcome: result.removed === p.identities.length ? 'ok' : 'partial', detail: { counted: p.identities.length, notFound: result.notFound } });
     return c.html(purgedPage(c.get('page'), target.name, result.removed, result.notFound));
   });
 
@@ -375,14 +359,14 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
     const id = c.req.param('id');
     const j = jobs.get(id);
     if (!j || !jobs.stop(id)) throw new ConsoleHttpError(409, 'That job is not running.');
-    await deps.record(c.get('user'), { action: 'job.stop', consumer: j.consumer, filter: {}, count: 0, detail: { job: id, kind: j.kind } });
+    await deps.record(c.get('user'), { action: 'job.stop', consumer: j.consumer, count: 0, outcome: 'ok', detail: { job: id, kind: j.kind } });
     return c.redirect(`${options.basePath}/jobs/${id}`, 303);
   });
   app.post('/jobs/:id/continue', async (c) => {
     const id = c.req.param('id');
     const j = jobs.get(id);
     if (!j || !jobs.proceed(id)) throw new ConsoleHttpError(409, 'That job is not waiting for a decision.');
-    await deps.record(c.get('user'), { action: 'parked.canary.continue', consumer: j.consumer, filter: {}, count: j.canary?.rest ?? 0, detail: { job: id } });
+    await deps.record(c.get('user'), { action: 'parked.canary.continue', consumer: j.consumer, count: 0, outcome: 'ok', detail: { job: id, rest: j.canary?.rest ?? null } });
     return c.redirect(`${options.basePath}/jobs/${id}`, 303);
   });
 }

@@ -60,7 +60,7 @@ export function storeRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
     } else if (action === 'park') rows = await t.park(filter, opts);
     else throw new ConsoleHttpError(404, `No retry-table action ${JSON.stringify(action)}: pause, resume, schedule or park.`);
     deps.data.invalidate();
-    await deps.record(user, { action: `retry.${action}`, consumer: filter.consumer ?? null, filter: { ...filter }, count: rows, detail });
+    await deps.record(user, { action: `retry.${action}`, ...(filter.consumer !== undefined ? { consumer: filter.consumer } : {}), filter: { ...filter }, count: rows, outcome: 'ok', detail });
     return c.redirect(`${deps.options.basePath}/retry`, 303);
   });
 
@@ -74,10 +74,10 @@ export function storeRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
     if (!all && ids.length === 0) throw new ConsoleHttpError(400, 'Select the rows to release, or release all.');
     const released = await store.outbox.release(all ? undefined : ids);
     deps.data.invalidate();
-    await deps.record(c.get('user'), { action: 'outbox.release', consumer: null, filter: all ? { all: true } : { ids }, count: released, detail: {} });
+    await deps.record(c.get('user'), { action: 'outbox.release', filter: all ? { all: true } : { ids }, count: released, outcome: 'ok' });
     return c.redirect(`${deps.options.basePath}/outbox`, 303);
   });
 
-  app.get('/actions', async (c) => c.html(actionsPage(c.get('page'), await deps.options.actionLog.list(500))));
-  app.get('/api/actions', async (c) => c.json(await deps.options.actionLog.list(500)));
+  app.get('/actions', async (c) => c.html(actionsPage(c.get('page'), await deps.options.actionLog.list({ limit: 500 }))));
+  app.get('/api/actions', async (c) => c.json(await deps.options.actionLog.list({ limit: 500 })));
 }

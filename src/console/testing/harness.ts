@@ -13,7 +13,7 @@ export function testConsole(topology: Topology, options: Partial<ConsoleOptions>
   const ops = warrenConsole({
     topology,
     url: AMQP_URL,
-    management: new ManagementClient({ url: MGMT_URL, timeoutMs: 2000 }),
+    management: new ManagementClient({ url: MGMT_URL, timeoutMs: 5000 }),
     cacheMs: 0,
     sampleIntervalMs: 200,
     authorize: (req) => {
