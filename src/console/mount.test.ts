@@ -6,6 +6,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { serve } from '@hono/node-server';
 import express from 'express';
+import Fastify from 'fastify';
 import { Hono } from 'hono';
 import { describe, expect, it } from 'vitest';
 import { onTeardown, testTopology } from '../../test/helpers.js';
@@ -66,6 +67,33 @@ describe('console: mounted in a server under a path prefix', () => {
     const app = express();
     app.use('/ops', nodeListener(ops.fetch));
     const base = await listen(createServer(app));
+    await exercise(base, ops, consumer);
+  });
+
+  it('Express with a body parser in front (as NestJS has by default): the listener rebuilds the form it parsed', async () => {
+    const { ops, consumer } = await setup();
+    const app = express();
+    app.use(express.urlencoded({ extended: false }));
+    app.use('/ops', nodeListener(ops.fetch));
+    const base = await listen(createServer(app));
+    await exercise(base, ops, consumer);
+  });
+
+  it('Fastify', async () => {
+    const { ops, consumer } = await setup();
+    const app = Fastify();
+    const listener = nodeListener(ops.fetch);
+    await app.register(async (f) => {
+      // The console reads its own bodies: Fastify's parsers must leave them alone.
+      f.removeAllContentTypeParsers();
+      f.addContentTypeParser('*', (_req, _payload, done) => done(null));
+      f.all('/ops/*', (req, reply) => {
+        reply.hijack();
+        listener(req.raw, reply.raw);
+      });
+    });
+    const base = await app.listen({ port: 0, host: '127.0.0.1' });
+    onTeardown(() => app.close());
     await exercise(base, ops, consumer);
   });
 
