@@ -3,9 +3,12 @@
 import { existsSync, statSync } from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { allowErrors, launchBrowser, screenshot, watchErrors } from './browser.js';
 import { onTeardown } from './helpers.js';
+
+// Chromium takes tens of seconds to start on a loaded two-core machine.
+vi.setConfig({ testTimeout: 120_000 });
 
 async function serve(html: string): Promise<string> {
   const server = createServer((_req, res) => {
