@@ -71,4 +71,6 @@ console.log('See it from the command line:');
 console.log('  npm run warren -- status -t examples/topology.ts');
 console.log('  npm run warren -- parked list warren.demo.billing --group -t examples/topology.ts');
 console.log('  npm run warren -- parked replay warren.demo.billing -t examples/topology.ts   # after a fix');
+console.log('Or in a browser: npm start ends with the operator console, or run');
+console.log('  npm run warren -- console -t examples/topology.ts');
 await warren.close();

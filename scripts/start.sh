@@ -67,8 +67,17 @@ fi
 say "RabbitMQ answers on 127.0.0.1:5672"
 
 # --- the demo ----------------------------------------------------------------
-# Two tours: the delay ladder and the parked queue, then the retry table.
+# Two tours: the delay ladder and the parked queue, then the retry table; then the
+# operator console over both, until Ctrl-C. The console is skipped (and npm start
+# ends by itself) when stdin is not a terminal, as in CI, or with
+# WARREN_DEMO_NO_CONSOLE=1.
 npx --no-install tsx examples/demo.ts
 echo
+if [[ -t 0 && -z "${WARREN_DEMO_NO_CONSOLE:-}" ]]; then
+  npx --no-install tsx examples/retry-table.ts
+  echo
+  # exec: Ctrl-C and SIGTERM reach the console, which closes its connections cleanly.
+  exec npx --no-install tsx examples/console.ts
+fi
 # exec: Ctrl-C and SIGTERM reach the tour, which shuts its consumer down cleanly.
 exec npx --no-install tsx examples/retry-table.ts

@@ -38,6 +38,7 @@ install_deps_and_addons
 # is tested: the store tests need the database either way.
 bash scripts/services.sh
 bash scripts/prometheus.sh   # promtool, for the tests of monitoring/
+bash scripts/chromium.sh >/dev/null   # Chromium, for the browser tests of the console (test/console)
 if [[ " ${brokers[*]} " == *" 4.0 "* ]]; then
   if ! bash scripts/rabbitmq4.sh start; then
     say "the RabbitMQ 4.0 broker is not available; fix that, or test against" \

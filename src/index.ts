@@ -35,6 +35,7 @@ export { decideRetry, parseDuration, formatDuration, retryQueueName, parkedQueue
 export { consoleLogger, silentLogger, toLogger, pinoLogger, objectFirstLogger, isPino, isBunyan, type Logger, type ObjectFirstLogger } from './logger.js';
 export * from './errors.js';
 export * from './park/index.js';
+export * from './audit/index.js';
 export * from './store/index.js';
 export * from './status/index.js';
 export * from './retry-table/index.js';

@@ -5,7 +5,7 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { AMQP_URL } from './helpers.js';
+import { AMQP_URL, MGMT_URL } from './helpers.js';
 
 function run(file: string): Promise<{ code: number | null; out: string }> {
   const path = fileURLToPath(new URL(`../examples/${file}`, import.meta.url));
@@ -19,6 +19,29 @@ function run(file: string): Promise<{ code: number | null; out: string }> {
 }
 
 describe('examples', () => {
+  it('the console stop of npm start: serves the demo topology on loopback, prints its URL, and ends cleanly on Ctrl-C', async () => {
+    const path = fileURLToPath(new URL('../examples/console.ts', import.meta.url));
+    const child = spawn(process.execPath, ['--import', 'tsx', path], { env: { ...process.env, WARREN_AMQP_URL: AMQP_URL, WARREN_MANAGEMENT_URL: MGMT_URL, WARREN_CONSOLE_PORT: '0' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (out += c.toString()));
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    try {
+      const deadline = Date.now() + 30_000;
+      while (!/http:\/\/127\.0\.0\.1:\d+\//.test(out) && Date.now() < deadline && child.exitCode === null) await new Promise((r) => setTimeout(r, 50));
+      const url = /http:\/\/127\.0\.0\.1:\d+\//.exec(out)?.[0];
+      expect(url, out).toBeDefined();
+      const page = await fetch(url as string);
+      expect(page.status).toBe(200);
+      const html = await page.text();
+      expect(html).toContain('data-consumer="warren.demo.billing"');
+      expect(html).toContain('sqlite:');
+    } finally {
+      child.kill('SIGINT');
+    }
+    expect(await exited).toBe(0);
+  }, 60_000);
+
   it('the retry-table tour: rows paused while the carrier is down, none of its calls while paused, all 30 labels in the end', async () => {
     const { code, out } = await run('retry-table.ts');
     expect(out).toMatch(/30 rows in the table, all paused/);

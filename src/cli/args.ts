@@ -31,6 +31,7 @@ export const FILTER_FLAGS = {
   until: { type: 'string', label: '--until TIME', help: 'failed before TIME (same forms)' },
   id: { type: 'string', multiple: true, label: '--id ID[,ID]', help: 'message id is one of these (repeatable)' },
   'routing-key': { type: 'string', label: '--routing-key PATTERN', help: 'original routing key matches PATTERN (topic syntax: * one word, # any)' },
+  fingerprint: { type: 'string', label: '--fingerprint TEXT', help: 'failure fingerprint is exactly TEXT (one group of `parked list --group`)' },
 } as const satisfies FlagSpecs;
 
 /** Flags that say which database holds the retry table. */

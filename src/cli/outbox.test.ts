@@ -155,7 +155,8 @@ describe.each(BACKENDS)('warren status --db and warren outbox: %s', (backend) =>
     const released = await cli(['outbox', 'release', ...db, '--exchange', missing, '--yes', '--actor', 'alice']);
     expect(released.code).toBe(0);
     expect(released.stdout).toContain('Released 1 row');
-    expect(released.stderr).toMatch(new RegExp(`outbox release: .* by alice: 1 row released \\(${receipt.id}\\)`));
+    const [recorded] = await store.actions.list({ action: 'outbox.release' });
+    expect(recorded).toMatchObject({ actor: 'alice', count: 1, outcome: 'ok', filter: { exchange: missing }, detail: { ids: [receipt.id], counted: 1 } });
     await waitFor(async () => (await depth(conn, queue)) === 1, 'the released row to be published');
     const [message] = await drain(conn, queue);
     expect(message?.properties.messageId).toBe(receipt.messageId);

@@ -21,11 +21,13 @@ export interface ParkedFilter {
   readonly messageIds?: readonly string[];
   /** Original routing key matches this topic pattern (`*` one word, `#` any number). */
   readonly routingKey?: string;
+  /** Failure fingerprint equals this one exactly: one group of `groupParked` (see `failureFingerprint`). */
+  readonly fingerprint?: string;
 }
 
 /** True when the filter sets nothing, so it matches every message. */
 export function isEmptyFilter(f: ParkedFilter): boolean {
-  return f.error === undefined && f.errorClass === undefined && f.since === undefined && f.until === undefined && (f.messageIds === undefined || f.messageIds.length === 0) && f.routingKey === undefined;
+  return f.error === undefined && f.errorClass === undefined && f.since === undefined && f.until === undefined && (f.messageIds === undefined || f.messageIds.length === 0) && f.routingKey === undefined && f.fingerprint === undefined;
 }
 
 /**
@@ -79,6 +81,7 @@ export function matchesFilter(m: ParkedMessage, f: ParkedFilter): boolean {
     if (f.until !== undefined && t >= f.until) return false;
   }
   if (f.routingKey !== undefined && !routingKeyMatches(f.routingKey, m.routingKey)) return false;
+  if (f.fingerprint !== undefined && m.fingerprint !== f.fingerprint) return false;
   return true;
 }
 
@@ -124,6 +127,7 @@ export interface FilterInput {
   until?: string | undefined;
   messageIds?: readonly string[] | undefined;
   routingKey?: string | undefined;
+  fingerprint?: string | undefined;
 }
 
 /** Option names used in error messages, per field; the CLI passes its flag names. */
@@ -134,9 +138,11 @@ export interface FilterOptionNames {
   until: string;
   messageIds: string;
   routingKey: string;
+  /** @default 'fingerprint' */
+  fingerprint?: string;
 }
 
-const DEFAULT_NAMES: FilterOptionNames = { error: 'error', errorClass: 'errorClass', since: 'since', until: 'until', messageIds: 'messageIds', routingKey: 'routingKey' };
+const DEFAULT_NAMES: FilterOptionNames = { error: 'error', errorClass: 'errorClass', since: 'since', until: 'until', messageIds: 'messageIds', routingKey: 'routingKey', fingerprint: 'fingerprint' };
 
 /** Builds a {@link ParkedFilter} from text, validating once; errors name the option. */
 export function parseFilter(input: FilterInput, now: Date = new Date(), names: FilterOptionNames = DEFAULT_NAMES): ParkedFilter {
@@ -163,6 +169,10 @@ export function parseFilter(input: FilterInput, now: Date = new Date(), names: F
     if (!/^[^\s]{1,255}$/.test(input.routingKey)) throw new InvalidOptionError(names.routingKey, `${JSON.stringify(input.routingKey)} is not a routing key or pattern`);
     f.routingKey = input.routingKey;
   }
+  if (input.fingerprint !== undefined) {
+    if (input.fingerprint.trim() === '') throw new InvalidOptionError(names.fingerprint ?? 'fingerprint', 'is empty', 'Copy a fingerprint from `warren parked list CONSUMER --group --json`.');
+    f.fingerprint = input.fingerprint;
+  }
   return f;
 }
 
@@ -175,5 +185,6 @@ export function describeFilter(f: ParkedFilter): string {
   if (f.until !== undefined) parts.push(`failed before ${f.until.toISOString()}`);
   if (f.messageIds && f.messageIds.length) parts.push(`message id ${f.messageIds.join(', ')}`);
   if (f.routingKey !== undefined) parts.push(`routing key ${f.routingKey}`);
+  if (f.fingerprint !== undefined) parts.push(`fingerprint ${JSON.stringify(f.fingerprint)}`);
   return parts.length ? parts.join(', ') : 'any message';
 }

@@ -40,3 +40,14 @@ export {
   type ReplayProgress,
   type ReplayResult,
 } from './operations.js';
+export {
+  canaryReplay,
+  continueCanary,
+  ladderMs,
+  type CanaryEvidence,
+  type CanaryMessage,
+  type CanaryOptions,
+  type CanaryResult,
+  type CanaryTarget,
+  type ProcessedLookup,
+} from './canary.js';

@@ -127,6 +127,12 @@ export interface ReplayOptions extends ParkedOperationOptions {
   now?: () => Date;
   /** Who asks for the replay, recorded on its trace span (see docs/tracing.md). @default not recorded */
   actor?: string;
+  /**
+   * Leave these messages parked, by {@link parkedIdentity}, even when they match: e.g. the
+   * canaries of a {@link canaryReplay} that failed again.
+   * @default none
+   */
+  except?: Iterable<string>;
 }
 
 /** What a replay did. */
@@ -221,9 +227,10 @@ export async function replayParked(model: amqp.ChannelModel, target: ParkedTarge
       stop: last,
     };
   });
+  const except = options.except === undefined ? undefined : new Set(options.except);
   const visit = async (m: ParkedMessage): Promise<Verdict> => {
     scanned = m.position;
-    const verdict = await matchVisit(m);
+    const verdict = except !== undefined && except.size > 0 && except.has(parkedIdentity(m)) ? KEEP : await matchVisit(m);
     report(state.matched);
     return verdict;
   };
@@ -234,6 +241,7 @@ export async function replayParked(model: amqp.ChannelModel, target: ParkedTarge
   delete rest.ratePerSecond;
   delete rest.dryRun;
   delete rest.actor;
+  delete rest.except;
   const onStart = options.onStart;
   let result: Awaited<ReturnType<typeof walkParked>>;
   try {

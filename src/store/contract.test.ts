@@ -16,16 +16,16 @@ describe.each(BACKENDS)('store contract: %s', (backend) => {
     it('applies the schema once; running again changes nothing', async () => {
       const h = await harness(backend);
       const store = h.store();
-      expect(await store.migrate()).toEqual({ applied: [1, 2], version: 2 });
-      expect(await store.migrate()).toEqual({ applied: [], version: 2 });
-      expect(await h.store().migrate()).toEqual({ applied: [], version: 2 });
+      expect(await store.migrate()).toEqual({ applied: [1, 2, 3], version: 3 });
+      expect(await store.migrate()).toEqual({ applied: [], version: 3 });
+      expect(await h.store().migrate()).toEqual({ applied: [], version: 3 });
     });
 
     it('is safe when two stores migrate at the same moment: one applies, the other finds it done', async () => {
       const h = await harness(backend);
       const reports = await Promise.all([h.store().migrate(), h.store().migrate(), h.store().migrate()]);
-      expect(reports.flatMap((r) => r.applied)).toEqual([1, 2]);
-      expect(reports.every((r) => r.version === 2)).toBe(true);
+      expect(reports.flatMap((r) => r.applied)).toEqual([1, 2, 3]);
+      expect(reports.every((r) => r.version === 3)).toBe(true);
     });
 
     it('is safe when two processes start at the same moment', async () => {
@@ -34,8 +34,8 @@ describe.each(BACKENDS)('store contract: %s', (backend) => {
       const children = [spawnChild(env), spawnChild(env)];
       const lines = await Promise.all(children.map((c) => c.line('migrated ')));
       const reports = lines.map((l) => JSON.parse(l.slice('migrated '.length)) as { applied: number[]; version: number });
-      expect(reports.flatMap((r) => r.applied)).toEqual([1, 2]);
-      expect(reports.map((r) => r.version)).toEqual([2, 2]);
+      expect(reports.flatMap((r) => r.applied)).toEqual([1, 2, 3]);
+      expect(reports.map((r) => r.version)).toEqual([3, 3]);
       expect(await Promise.all(children.map((c) => c.exited))).toEqual([0, 0]);
     });
 
@@ -48,7 +48,7 @@ describe.each(BACKENDS)('store contract: %s', (backend) => {
       expect(store.tables.outbox).toContain(`${p}outbox`);
       expect(store.tables.retry).toContain(`${p}retry`);
       const count = await store.transaction((tx) => exec(h.spec, tx, `SELECT count(*) AS n FROM ${store.tables.migrations}`));
-      expect(Number((count[0] as { n: number }).n)).toBe(2);
+      expect(Number((count[0] as { n: number }).n)).toBe(3);
     });
 
     it('upgrades a database made with the first schema, keeping its outbox rows', async () => {
@@ -59,13 +59,13 @@ describe.each(BACKENDS)('store contract: %s', (backend) => {
       // Back to schema 1, as an older version of warren left it.
       const t = old.tables;
       await old.transaction(async (tx) => {
-        for (const sql of [`DROP TABLE ${t.retry}`, `DROP TABLE ${t.retryHolds}`, `DROP TABLE ${t.retryAudit}`, `ALTER TABLE ${t.outbox} DROP COLUMN origin`, `DELETE FROM ${t.migrations} WHERE version = 2`]) {
+        for (const sql of [`DROP TABLE ${t.retry}`, `DROP TABLE ${t.retryHolds}`, `DROP TABLE ${t.retryAudit}`, `ALTER TABLE ${t.outbox} DROP COLUMN origin`, `DROP TABLE ${t.actions}`, `DELETE FROM ${t.migrations} WHERE version >= 2`]) {
           await exec(h.spec, tx, sql);
         }
       });
       await old.close();
       const store = h.store();
-      expect(await store.migrate()).toEqual({ applied: [2], version: 2 });
+      expect(await store.migrate()).toEqual({ applied: [2, 3], version: 3 });
       expect((await store.outbox.lag()).pending).toBe(1);
       expect(await store.retryTable.count()).toBe(0);
     });

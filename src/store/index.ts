@@ -3,6 +3,7 @@
  * database driver: the backends live in their own entry points (`warren/sqlite`,
  * `warren/postgres`) and load `better-sqlite3` or `pg` only when used.
  */
+import type { ActionLog } from '../audit/entry.js';
 import type { IdempotencyGuard } from '../consume/types.js';
 import type { Logger } from '../logger.js';
 import type { PublishOptions } from '../publish/publisher.js';
@@ -20,8 +21,8 @@ export type StoreBackend = 'sqlite' | 'postgres';
 export interface StoreOptions {
   /**
    * Prefix of warren's table names: `<prefix>processed` (idempotency markers),
-   * `<prefix>outbox`, `<prefix>retry`, `<prefix>retry_holds`, `<prefix>retry_audit` and
-   * `<prefix>migrations`. Letters, digits and `_`, starting with a
+   * `<prefix>outbox`, `<prefix>retry`, `<prefix>retry_holds`, `<prefix>retry_audit`,
+   * `<prefix>actions` and `<prefix>migrations`. Letters, digits and `_`, starting with a
    * letter or `_`, at most 40 characters.
    * @default 'warren_'
    */
@@ -74,6 +75,8 @@ export interface StoreTables {
   readonly retryHolds: string;
   /** Changes made to the retry table: who, when, what, how many rows. */
   readonly retryAudit: string;
+  /** Operators' actions (replays, purges, releases…): see `src/audit`. */
+  readonly actions: string;
 }
 
 /** What {@link Store.migrate} did. */
@@ -214,6 +217,13 @@ export interface Store<Tx> {
    * first; the handler gets the transaction as `context.tx`.
    */
   idempotency(): StoreGuard<Tx>;
+  /**
+   * Which of `messageIds` have an idempotency marker for `consumer`: their handler ran and
+   * committed. A canary replay reads this as proof that a replayed message succeeded.
+   */
+  processed(consumer: string, messageIds: readonly string[]): Promise<Set<string>>;
+  /** The record of operators' actions (replays, purges, releases), in this database: append-only, never pruned. */
+  readonly actions: ActionLog;
   /**
    * Runs `work` in a transaction and commits it, or rolls back and rethrows. Throws
    * {@link StoreUnavailableError} when the database cannot be reached.

@@ -1,8 +1,8 @@
 // `warren outbox …`: the outbox rows the relay flagged (it could not publish them: no queue
 // bound for the key, no such exchange). These commands work on the application's database
 // alone; they need neither the topology nor the broker.
-import { defaultActor } from '../../retry-table/index.js';
 import type { OutboxFailure, Store } from '../../store/index.js';
+import { ACTOR_FLAG, actorOf, AUDIT_FILE_FLAG, recordAction, storeSink } from '../actions.js';
 import { DB_FLAGS, list, str, wholeNumber, type FlagSpecs, type ParsedValues } from '../args.js';
 import { noExtraArgs, ask, type Command, type CommandContext } from '../command.js';
 import { databaseSettings, describeDatabaseError, openDatabase, type DatabaseSettings } from '../context.js';
@@ -83,11 +83,11 @@ export function matches(r: OutboxFailure, f: OutboxFilter): boolean {
 }
 
 /** Opens the store, runs `body` on it, maps database failures to one line and an exit code, and closes the store. */
-async function withStore<R>(ctx: CommandContext, body: (store: Store<unknown>) => Promise<R>): Promise<R> {
+async function withStore<R>(ctx: CommandContext, body: (store: Store<unknown>, where: string) => Promise<R>): Promise<R> {
   const db: DatabaseSettings = databaseSettings(ctx.values, ctx.io, ctx.broker.connectTimeoutMs);
   const store = await openDatabase(db);
   try {
-    return await body(store);
+    return await body(store, db.shown);
   } catch (error) {
     throw describeDatabaseError(error, db) ?? error;
   } finally {
@@ -230,14 +230,16 @@ export const outboxRelease: Command = {
     '',
     'A filter is required; --all means every flagged row. It counts the rows first and asks',
     'for confirmation; with --yes it does not ask, and --yes is required when stdin is not a',
-    'terminal. Exactly the rows counted are released. Each release is logged on stderr',
-    '(who, when, which row ids); the retry table\'s history does not record it.',
+    'terminal. Exactly the rows counted are released. Each release is recorded (who, when,',
+    'which filter, which row ids) in the action record of the database, or as a JSON line',
+    'in --audit-file.',
   ].join('\n'),
   flags: {
     ...FILTER_FLAGS,
     all: { type: 'boolean', label: '--all', help: 'every flagged row: required to release without a filter' },
     yes: { type: 'boolean', short: 'y', label: '--yes, -y', help: 'do not ask; required when stdin is not a terminal' },
-    actor: { type: 'string', label: '--actor NAME', help: 'who releases, for the log line; env WARREN_ACTOR; default <os user>@<host>' },
+    ...ACTOR_FLAG,
+    ...AUDIT_FILE_FLAG,
     ...DB_FLAGS,
   },
   examples: [
@@ -252,11 +254,8 @@ export const outboxRelease: Command = {
     const all = ctx.values['all'] === true;
     if (all && !isEmpty(filter)) throw new UsageError(`--all means every flagged row; it does not go with filters (${filterFlags(filter)}). Give the filters or --all.`);
     if (!all && isEmpty(filter)) throw new UsageError('`warren outbox release` needs a filter to say which rows: --id, --exchange, --routing-key or --error. To release every flagged row, pass --all.');
-    const flag = str(ctx.values, 'actor');
-    const env = ctx.io.env['WARREN_ACTOR'];
-    const actor = flag ?? (env !== undefined && env.trim() !== '' ? env : defaultActor());
-    if (actor.trim() === '' || actor.length > 200) throw new UsageError(`--actor: ${JSON.stringify(actor)} is not a name of 1 to 200 characters.`);
-    return withStore(ctx, async (store) => {
+    const actor = actorOf(ctx);
+    return withStore(ctx, async (store, where) => {
       const rows = await flagged(store, filter);
       const ids = rows.map((r) => r.id);
       if (rows.length === 0) {
@@ -274,8 +273,14 @@ export const outboxRelease: Command = {
           return EXIT.failed;
         }
       }
-      const released = await store.outbox.release(ids);
-      ctx.err(`outbox release: ${when(new Date())} by ${actor}: ${plural(released, 'row')} released (${ids.join(', ')}) matching ${describeOutboxFilter(filter)}.`);
+      const { result: released, recorded } = await recordAction(
+        ctx,
+        storeSink(ctx, store, where),
+        { actor, action: 'outbox.release', filter: { ...filter } },
+        () => store.outbox.release(ids),
+        (n) => ({ count: n, outcome: 'ok', detail: { ids: ids.slice(0, 1000), counted: ids.length } }),
+      );
+      if (!recorded) return EXIT.failed;
       if (ctx.json) {
         ctx.printJson({ filter, actor, released, ids });
         return released === ids.length ? EXIT.ok : EXIT.failed;

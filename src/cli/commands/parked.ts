@@ -2,18 +2,20 @@ import { createWriteStream, type WriteStream } from 'node:fs';
 import { describeFilter, isEmptyFilter, parseFilter, type ParkedFilter } from '../../park/filter.js';
 import { parkedIdentity } from '../../park/identity.js';
 import { attemptHistory, decodeBody, groupParked, plainValue, summarize, type ParkedMessage } from '../../park/message.js';
-import { browseParked, exportParked, listParked, purgeParked, replayParked, type ParkedOperationResult, type ReplayOptions, type ReplayResult } from '../../park/operations.js';
+import { browseParked, exportParked, listParked, purgeParked, replayParked, type ParkedOperationResult, type PurgeResult, type ReplayOptions, type ReplayResult } from '../../park/operations.js';
 import type { ConsumerTopology } from '../../topology/declaration.js';
-import { FILTER_FLAGS, list, MAX_HELD_FLAG, positiveNumber, str, wholeNumber, type FlagSpecs } from '../args.js';
+import { filterRecord } from '../../audit/entry.js';
+import { ACTOR_FLAG, actionSink, actorOf, AUDIT_FILE_FLAG, recordAction } from '../actions.js';
+import { DB_FLAGS, FILTER_FLAGS, list, MAX_HELD_FLAG, positiveNumber, str, wholeNumber, type FlagSpecs } from '../args.js';
 import { consumerArg, noExtraArgs, ask, type Command, type CommandContext } from '../command.js';
 import { CliError, EXIT, UsageError, type ExitCode } from '../errors.js';
 import { clip, count, plural, Progress, span, table, when, type ProgressState } from '../format.js';
 
-const FILTER_NAMES = { error: '--error', errorClass: '--error-class', since: '--since', until: '--until', messageIds: '--id', routingKey: '--routing-key' };
+const FILTER_NAMES = { error: '--error', errorClass: '--error-class', since: '--since', until: '--until', messageIds: '--id', routingKey: '--routing-key', fingerprint: '--fingerprint' };
 
 function filterOf(ctx: CommandContext): ParkedFilter {
   const v = ctx.values;
-  return parseFilter({ error: str(v, 'error'), errorClass: str(v, 'error-class'), since: str(v, 'since'), until: str(v, 'until'), messageIds: list(v, 'id'), routingKey: str(v, 'routing-key') }, new Date(), FILTER_NAMES);
+  return parseFilter({ error: str(v, 'error'), errorClass: str(v, 'error-class'), since: str(v, 'since'), until: str(v, 'until'), messageIds: list(v, 'id'), routingKey: str(v, 'routing-key'), fingerprint: str(v, 'fingerprint') }, new Date(), FILTER_NAMES);
 }
 
 /** Options shared by every parked command, from flags. */
@@ -257,6 +259,9 @@ const REPLAY_FLAGS: FlagSpecs = {
   rate: { type: 'string', label: '--rate N', help: 'at most N messages per second (default: as fast as confirms allow)' },
   'dry-run': { type: 'boolean', label: '--dry-run', help: 'show what would be replayed; change nothing' },
   ...MAX_HELD_FLAG,
+  ...ACTOR_FLAG,
+  ...AUDIT_FILE_FLAG,
+  ...DB_FLAGS,
 };
 
 export const parkedReplay: Command = {
@@ -273,6 +278,10 @@ export const parkedReplay: Command = {
     'stopped or killed half-way, nothing is lost and at most one message exists twice',
     '(idempotent consumers absorb it). Messages that do not match the filters stay parked,',
     'in their order. On a terminal, a progress bar shows the rate and time left.',
+    '',
+    'The replay is recorded (who, when, which filter, how many) in the action record of',
+    'the database of --db (or WARREN_DB), or as a JSON line in --audit-file; with neither,',
+    'it is not recorded. A dry run is never recorded.',
   ].join('\n'),
   flags: REPLAY_FLAGS,
   examples: [
@@ -281,6 +290,7 @@ export const parkedReplay: Command = {
     'warren parked replay billing --error-class HttpError --since 1h --rate 50',
     'warren parked replay billing --id 0190a1b2-7c3d-7000-8000-00000000002a',
     'warren parked replay billing --limit 100 --json',
+    'warren parked replay billing --fingerprint "HttpError: carrier <n> down @ send (carrier.js)" --db sqlite:data/app.db --actor alice',
   ],
   async run(ctx) {
     noExtraArgs(ctx, 1, 'parked replay');
@@ -303,13 +313,29 @@ export const parkedReplay: Command = {
         progress.update(noFilter ? state : { ...state, note: `${count(p.published)} replayed` });
       };
     }
+    const actor = actorOf(ctx);
+    replayOptions.actor = actor;
+    const sink = dryRun ? undefined : await actionSink(ctx);
     let result: ReplayResult;
+    let recorded: boolean;
     try {
-      result = await replayParked(await ctx.connection(), c, replayOptions);
+      ({ result, recorded } = await recordAction(
+        ctx,
+        sink,
+        { actor, action: 'parked.replay', consumer: c.name, filter: filterRecord(options.filter) },
+        async () => replayParked(await ctx.connection(), c, replayOptions),
+        (r) => ({
+          count: r.replayed,
+          outcome: r.stopReason === 'aborted' || r.failed.length > 0 || r.stopReason === 'unroutable' ? 'partial' : 'ok',
+          detail: { matched: r.matched, notExamined: r.notExamined, stopReason: r.stopReason, ...(rate !== undefined ? { ratePerSecond: rate } : {}), ...(options.limit !== undefined ? { limit: options.limit } : {}), ...(r.failed.length ? { failed: r.failed.length } : {}) },
+        }),
+      ));
     } finally {
       progress?.done();
+      await sink?.close().catch(() => undefined);
     }
-    return replaySummary(ctx, c, options.filter, result, wouldReplay);
+    const code = replaySummary(ctx, c, options.filter, result, wouldReplay);
+    return recorded || code !== EXIT.ok ? code : EXIT.failed;
   },
 };
 
@@ -347,6 +373,9 @@ const PURGE_FLAGS: FlagSpecs = {
   limit: { type: 'string', label: '--limit N', help: 'delete at most N matching messages, from the head' },
   yes: { type: 'boolean', short: 'y', label: '--yes, -y', help: 'do not ask; required when stdin is not a terminal' },
   ...MAX_HELD_FLAG,
+  ...ACTOR_FLAG,
+  ...AUDIT_FILE_FLAG,
+  ...DB_FLAGS,
 };
 
 export const parkedPurge: Command = {
@@ -360,6 +389,9 @@ export const parkedPurge: Command = {
     'deleted, told apart by message id, body and park time (not by position), so messages',
     'parked meanwhile are kept. The rest stay in their order. Export them first if they',
     'may be needed: this cannot be undone.',
+    '',
+    'The purge is recorded (who, when, which filter, how many) in the action record of',
+    'the database of --db (or WARREN_DB), or as a JSON line in --audit-file.',
   ].join('\n'),
   flags: PURGE_FLAGS,
   examples: ['warren parked purge billing --error-class ValidationError', 'warren parked export billing --until 7d -o old.jsonl && warren parked purge billing --until 7d --yes'],
@@ -367,6 +399,7 @@ export const parkedPurge: Command = {
     noExtraArgs(ctx, 1, 'parked purge');
     const c = await consumerArg(ctx, 'parked purge');
     const options = { ...common(ctx), ...limitOf(ctx) };
+    const actor = actorOf(ctx);
     const conn = await ctx.connection();
     // What is counted (and confirmed) is deleted, by identity: a message parked meanwhile
     // is not among them, wherever it lands in the queue.
@@ -387,14 +420,27 @@ export const parkedPurge: Command = {
       }
     }
     const { limit: _limit, ...purge } = options;
-    const r = await purgeParked(conn, c, { ...purge, only: targets });
+    const sink = await actionSink(ctx);
+    let r: PurgeResult;
+    let recorded: boolean;
+    try {
+      ({ result: r, recorded } = await recordAction(
+        ctx,
+        sink,
+        { actor, action: 'parked.purge', consumer: c.name, filter: filterRecord(options.filter) },
+        () => purgeParked(conn, c, { ...purge, only: targets }),
+        (p) => ({ count: p.removed, outcome: p.stopReason === 'aborted' ? 'partial' : 'ok', detail: { counted: counted.matched, notFound: p.notFound } }),
+      ));
+    } finally {
+      await sink?.close().catch(() => undefined);
+    }
     if (ctx.json) ctx.printJson({ ...resultJson(r), counted: counted.matched, removed: r.removed, notFound: r.notFound });
     else {
       ctx.out(`Deleted ${plural(r.removed, 'parked message')} of ${c.name} from ${c.parkedQueue}.`);
       if (r.notFound > 0) ctx.out(`${plural(r.notFound, 'counted message')} ${r.notFound === 1 ? 'was' : 'were'} no longer parked (replayed or deleted meanwhile).`);
       for (const line of coverage(counted)) ctx.out(line);
     }
-    return r.stopReason === 'aborted' ? EXIT.interrupted : EXIT.ok;
+    return r.stopReason === 'aborted' ? EXIT.interrupted : recorded ? EXIT.ok : EXIT.failed;
   },
 };
 

@@ -1,8 +1,9 @@
 // `warren retry …`: the retry table's controls. These commands work on the application's
 // database alone; they need neither the topology nor the broker.
 import { holdOf } from '../../retry-table/filter.js';
-import { defaultActor, type ChangeOptions, type RetryAuditEntry, type RetryFilter, type RetryHold, type RetryRow, type RetryTable } from '../../retry-table/index.js';
+import { type ChangeOptions, type RetryAuditEntry, type RetryFilter, type RetryHold, type RetryRow, type RetryTable } from '../../retry-table/index.js';
 import type { Store } from '../../store/index.js';
+import { ACTOR_FLAG, actorOf, AUDIT_FILE_FLAG, recordAction, storeSink } from '../actions.js';
 import { DB_FLAGS, list, RETRY_FILTER_FLAGS, str, wholeNumber, type FlagSpecs, type ParsedValues } from '../args.js';
 import { noExtraArgs, type Command, type CommandContext } from '../command.js';
 import { databaseSettings, describeDatabaseError, openDatabase, type DatabaseSettings } from '../context.js';
@@ -82,11 +83,11 @@ function matching(f: RetryFilter): string {
 }
 
 /** Opens the store, runs `body` on its retry table, maps database failures to one line and an exit code, and closes the store. */
-async function withTable<R>(ctx: CommandContext, body: (table: RetryTable, store: Store<unknown>) => Promise<R>): Promise<R> {
+async function withTable<R>(ctx: CommandContext, body: (table: RetryTable, store: Store<unknown>, where: string) => Promise<R>): Promise<R> {
   const db: DatabaseSettings = databaseSettings(ctx.values, ctx.io, ctx.broker.connectTimeoutMs);
   const store = await openDatabase(db);
   try {
-    return await body(store.retryTable, store);
+    return await body(store.retryTable, store, db.shown);
   } catch (error) {
     throw describeDatabaseError(error, db) ?? error;
   } finally {
@@ -244,7 +245,8 @@ export const retryCount: Command = {
 
 const CHANGE_FLAGS = {
   all: { type: 'boolean', label: '--all', help: 'every row: required to change rows without a filter' },
-  actor: { type: 'string', label: '--actor NAME', help: 'who makes the change, for the history; env WARREN_ACTOR; default <os user>@<host>' },
+  ...ACTOR_FLAG,
+  ...AUDIT_FILE_FLAG,
   'allow-unknown': { type: 'boolean', label: '--allow-unknown', help: 'accept a --dependency that nothing names yet (a pause ahead of the first failure)' },
 } as const satisfies FlagSpecs;
 
@@ -259,12 +261,18 @@ function changeOf(ctx: CommandContext, command: string): { filter: RetryFilter; 
       `\`warren retry ${command}\` needs a filter to say which rows: --consumer, --dependency, --tenant, --error-class, --id, --paused/--unpaused or --due/--not-due. To ${command} every row, pass --all.`,
     );
   }
-  const flag = str(ctx.values, 'actor');
-  const env = ctx.io.env['WARREN_ACTOR'];
-  const actor = flag ?? (env !== undefined && env.trim() !== '' ? env : defaultActor());
-  if (actor.trim() === '' || actor.length > 200) throw new UsageError(`--actor: ${JSON.stringify(actor)} is not a name of 1 to 200 characters.`);
+  const actor = actorOf(ctx);
   const allowUnknown = ctx.values['allow-unknown'] === true;
   return { filter, options: { actor, ...(allowUnknown ? { allowUnknown } : {}) } };
+}
+
+/**
+ * Runs a change of the retry table and records it in the action record (--audit-file, else
+ * the store). Returns the rows changed, and whether the record was written.
+ */
+async function recordedChange(ctx: CommandContext, store: Store<unknown>, where: string, action: string, filter: RetryFilter, actor: string, change: () => Promise<number>, detail: Record<string, unknown> = {}): Promise<{ rows: number; recorded: boolean }> {
+  const { result, recorded } = await recordAction(ctx, storeSink(ctx, store, where), { actor, action: `retry.${action}`, ...(filter.consumer !== undefined ? { consumer: filter.consumer } : {}), filter: { ...filter } }, change, (rows) => ({ count: rows, outcome: 'ok', detail }));
+  return { rows: result, recorded };
 }
 
 function byActor(actor: string): string {
@@ -296,18 +304,18 @@ export const retryPause: Command = {
   ],
   async run(ctx) {
     const { filter, options } = changeOf(ctx, 'pause');
-    return withTable(ctx, async (t) => {
-      const rows = await t.pause(filter, options);
+    return withTable(ctx, async (t, store, where) => {
+      const { rows, recorded } = await recordedChange(ctx, store, where, 'pause', filter, options.actor, () => t.pause(filter, options));
       const holds = holdWords(filter);
       if (ctx.json) {
         ctx.printJson({ action: 'pause', rows, filter, actor: options.actor, pausesLaterRows: holds !== undefined });
-        return EXIT.ok;
+        return recorded ? EXIT.ok : EXIT.failed;
       }
       ctx.out(`Paused ${plural(rows, 'row')}${matching(filter)} ${byActor(options.actor)}.`);
       if (holds === 'every row') ctx.out('Every row added later is paused too, until `warren retry resume --all`.');
       else if (holds !== undefined) ctx.out(`Rows of ${holds} added later are paused too, until \`warren retry resume ${filterFlags(filter)}\`.`);
       else ctx.out('Rows added later are not paused by this: a pause by consumer, dependency, tenant or error class also holds later rows.');
-      return EXIT.ok;
+      return recorded ? EXIT.ok : EXIT.failed;
     });
   },
 };
@@ -337,20 +345,20 @@ export const retryResume: Command = {
   async run(ctx) {
     const { filter, options } = changeOf(ctx, 'resume');
     const dueNow = ctx.values['due-now'] === true;
-    return withTable(ctx, async (t) => {
+    return withTable(ctx, async (t, store, where) => {
       const before = await t.holds();
-      const rows = await t.resume(filter, { ...options, dueNow });
+      const { rows, recorded } = await recordedChange(ctx, store, where, 'resume', filter, options.actor, () => t.resume(filter, { ...options, dueNow }), { dueNow });
       const after = new Set((await t.holds()).map(holdKey));
       const lifted = before.filter((h) => !after.has(holdKey(h)));
       const stillPaused = filter.paused === false ? 0 : await t.count({ ...filter, paused: true });
       if (ctx.json) {
         ctx.printJson({ action: 'resume', rows, filter, actor: options.actor, dueNow, liftedPauses: lifted.map(holdJson), stillPaused });
-        return EXIT.ok;
+        return recorded ? EXIT.ok : EXIT.failed;
       }
       ctx.out(`Resumed ${plural(rows, 'row')}${matching(filter)}${dueNow && rows > 0 ? ', due now' : ''} ${byActor(options.actor)}.`);
       if (lifted.length > 0) ctx.out(`Lifted ${plural(lifted.length, 'pause')}: ${lifted.map((h) => `${describeHold(h)} (by ${h.actor})`).join('; ')}.`);
       if (stillPaused > 0) ctx.out(`${plural(stillPaused, 'matching row')} ${stillPaused === 1 ? 'stays' : 'stay'} paused: another pause covers ${stillPaused === 1 ? 'it' : 'them'}. See \`warren retry signals\` for the pauses in force.`);
-      return EXIT.ok;
+      return recorded ? EXIT.ok : EXIT.failed;
     });
   },
 };
@@ -403,14 +411,14 @@ export const retrySchedule: Command = {
     const raw = str(ctx.values, 'at');
     if (raw === undefined) throw new UsageError(`\`warren retry schedule\` needs --at: ${AT_EXAMPLES}.`);
     const at = parseAt(raw);
-    return withTable(ctx, async (t) => {
+    return withTable(ctx, async (t, store, where) => {
       const inThePast = at instanceof Date && at.getTime() < Date.now();
-      const rows = await t.schedule(filter, at, options);
+      const { rows, recorded } = await recordedChange(ctx, store, where, 'schedule', filter, options.actor, () => t.schedule(filter, at, options), { at: at === null ? null : at === 'now' ? 'now' : at.toISOString() });
       const stillPaused = at === null || filter.paused === false || rows === 0 ? 0 : await t.count({ ...filter, paused: true });
       const set = at === null ? null : at === 'now' || inThePast ? 'now' : at.toISOString();
       if (ctx.json) {
         ctx.printJson({ action: 'schedule', rows, filter, actor: options.actor, at: raw, nextAttemptAt: set, inThePast, stillPaused });
-        return EXIT.ok;
+        return recorded ? EXIT.ok : EXIT.failed;
       }
       const what = `the next attempt of ${plural(rows, 'row')}${matching(filter)}`;
       const [they, are, them] = rows === 1 ? ['it', 'is', 'it'] : ['they', 'are', 'them'];
@@ -419,7 +427,7 @@ export const retrySchedule: Command = {
       else if (inThePast) ctx.out(`Set ${what} to now ${byActor(options.actor)}: ${when(at)} is in the past, so ${they} ${are} due now.`);
       else ctx.out(`Set ${what} to ${when(at)} (${relative(at)}) ${byActor(options.actor)}.`);
       if (stillPaused > 0) ctx.out(`${count(stillPaused)} of them ${stillPaused === 1 ? 'is' : 'are'} paused: the scheduler skips ${stillPaused === 1 ? 'it' : 'them'} until resumed.`);
-      return EXIT.ok;
+      return recorded ? EXIT.ok : EXIT.failed;
     });
   },
 };
@@ -441,16 +449,16 @@ export const retryPark: Command = {
   examples: ['warren retry park --error-class ValidationError', 'warren retry park --dependency legacy-erp --actor alice', 'warren retry park --id 1041 --json'],
   async run(ctx) {
     const { filter, options } = changeOf(ctx, 'park');
-    return withTable(ctx, async (t, store) => {
-      const rows = await t.park(filter, options);
+    return withTable(ctx, async (t, store, where) => {
+      const { rows, recorded } = await recordedChange(ctx, store, where, 'park', filter, options.actor, () => t.park(filter, options));
       const pending = rows > 0 ? (await store.outbox.lag()).pending : 0;
       if (ctx.json) {
         ctx.printJson({ action: 'park', rows, filter, actor: options.actor, outboxPending: pending });
-        return EXIT.ok;
+        return recorded ? EXIT.ok : EXIT.failed;
       }
       ctx.out(`Parked ${plural(rows, 'row')}${matching(filter)} ${byActor(options.actor)}.`);
       if (rows > 0) ctx.out(`They are in the outbox, addressed to their parked queues (${plural(pending, 'message')} waiting there in all); the application's outbox relay publishes them.`);
-      return EXIT.ok;
+      return recorded ? EXIT.ok : EXIT.failed;
     });
   },
 };

@@ -13,6 +13,7 @@ import { createPool, type PgClient, type PgPool, type PgQueryResult } from './dr
 import { isUnavailable, mapError } from './errors.js';
 import { PostgresIdempotencyGuard, type PostgresGuardOptions } from './idempotency.js';
 import { applyMigrations, LATEST, schemaVersion } from './migrations.js';
+import { PostgresActionLog } from './actions.js';
 import { PostgresOutbox, PostgresRelayDriver } from './outbox.js';
 import { PostgresPruneDriver } from './prune.js';
 import { PostgresRetryTableDriver } from './retry-table.js';
@@ -103,6 +104,7 @@ export class PostgresStore<C extends PgClient = PgClient> implements Store<C>, P
   readonly tables: StoreTables;
   readonly outbox: PostgresOutbox<C>;
   readonly retryTable: RetryTable;
+  readonly actions: PostgresActionLog<C>;
   readonly channel: string | undefined;
   readonly listenChannel: string;
   readonly options: ResolvedStoreOptions;
@@ -140,12 +142,14 @@ export class PostgresStore<C extends PgClient = PgClient> implements Store<C>, P
       retry: q('retry'),
       retryHolds: q('retry_holds'),
       retryAudit: q('retry_audit'),
+      actions: q('actions'),
     });
     // A channel is an identifier (at most 63 bytes); long names are hashed to fit.
     const channel = `${this.schema === undefined ? '' : `${this.schema}.`}${p}outbox`;
     this.listenChannel = channel.length <= 63 ? channel : `warren_outbox_${createHash('sha256').update(channel).digest('hex').slice(0, 32)}`;
     this.channel = options.notify === false ? undefined : this.listenChannel;
     this.outbox = new PostgresOutbox<C>(this);
+    this.actions = new PostgresActionLog<C>(this);
     this.retryTable = new RetryTable({ driver: new PostgresRetryTableDriver<C>(this), relay: (o) => this.relay(o), logger: this.options.logger });
     this.pruner = new PruneSchedule(() => this.prune(), this.options.pruneIntervalMs, this.options.logger, 'postgres');
   }
@@ -312,6 +316,15 @@ export class PostgresStore<C extends PgClient = PgClient> implements Store<C>, P
    */
   idempotency(options?: PostgresGuardOptions): PostgresIdempotencyGuard<C> {
     return new PostgresIdempotencyGuard<C>(this, options);
+  }
+
+  async processed(consumer: string, messageIds: readonly string[]): Promise<Set<string>> {
+    const found = new Set<string>();
+    if (messageIds.length === 0) return found;
+    const doing = 'read idempotency markers';
+    const rows = await this.withClient((c) => this.query<{ message_id: string }>(c, `SELECT message_id FROM ${this.tables.processed} WHERE consumer = $1 AND message_id = ANY($2::text[])`, [consumer, [...messageIds]], doing), doing);
+    for (const r of rows.rows) found.add(r.message_id);
+    return found;
   }
 
   relay(options: OutboxRelayOptions): OutboxRelay {

@@ -94,6 +94,24 @@ export const MIGRATIONS: readonly Migration[] = [
       `ALTER TABLE ${t.outbox} ADD COLUMN origin text`,
     ],
   },
+  {
+    version: 3,
+    name: 'action record',
+    statements: (t, p) => [
+      `CREATE TABLE ${t.actions} (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        at timestamptz NOT NULL,
+        actor text NOT NULL,
+        action text NOT NULL,
+        consumer text,
+        filter jsonb,
+        count integer NOT NULL,
+        outcome text NOT NULL,
+        detail jsonb
+      )`,
+      `CREATE INDEX "${p}actions_at" ON ${t.actions} (at)`,
+    ],
+  },
 ];
 
 /** The newest version this code knows. */

@@ -18,6 +18,7 @@ import { openSqlite, type SqliteDatabase, type SqliteStatement } from './driver.
 import { isBusy, mapError } from './errors.js';
 import { SqliteIdempotencyGuard } from './idempotency.js';
 import { applyMigrations, appliedVersions, LATEST } from './migrations.js';
+import { SqliteActionLog } from './actions.js';
 import { SqliteOutbox, SqliteRelayDriver } from './outbox.js';
 import { SqlitePruneDriver } from './prune.js';
 import { SqliteRetryTableDriver } from './retry-table.js';
@@ -92,6 +93,7 @@ export class SqliteStore<DB extends SqliteDatabase = SqliteDatabase> implements 
   readonly filename: string;
   readonly outbox: SqliteOutbox<DB>;
   readonly retryTable: RetryTable;
+  readonly actions: SqliteActionLog<DB>;
   readonly events = new EventEmitter();
   private readonly options: ResolvedStoreOptions;
   private readonly busyTimeoutMs: number;
@@ -128,8 +130,10 @@ export class SqliteStore<DB extends SqliteDatabase = SqliteDatabase> implements 
       retry: `"${p}retry"`,
       retryHolds: `"${p}retry_holds"`,
       retryAudit: `"${p}retry_audit"`,
+      actions: `"${p}actions"`,
     });
     this.outbox = new SqliteOutbox<DB>(this);
+    this.actions = new SqliteActionLog<DB>(this);
     this.retryTable = new RetryTable({ driver: new SqliteRetryTableDriver<DB>(this), relay: (o) => this.relay(o), logger: this.options.logger });
     this.pruner = new PruneSchedule(() => this.prune(), this.options.pruneIntervalMs, this.options.logger, 'sqlite');
   }
@@ -334,6 +338,20 @@ export class SqliteStore<DB extends SqliteDatabase = SqliteDatabase> implements 
 
   idempotency(): SqliteIdempotencyGuard<DB> {
     return new SqliteIdempotencyGuard<DB>(this);
+  }
+
+  async processed(consumer: string, messageIds: readonly string[]): Promise<Set<string>> {
+    const found = new Set<string>();
+    if (messageIds.length === 0) return found;
+    return this.read((db) => {
+      // SQLite allows 999 parameters in older builds: ask in slices.
+      for (let i = 0; i < messageIds.length; i += 500) {
+        const slice = messageIds.slice(i, i + 500);
+        const rows = db.prepare(`SELECT message_id FROM ${this.tables.processed} WHERE consumer = ? AND message_id IN (${slice.map(() => '?').join(', ')})`).all(consumer, ...slice) as Array<{ message_id: string }>;
+        for (const r of rows) found.add(r.message_id);
+      }
+      return found;
+    }, 'read idempotency markers');
   }
 
   /**

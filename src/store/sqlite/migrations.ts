@@ -96,6 +96,24 @@ export const MIGRATIONS: readonly Migration[] = [
       `ALTER TABLE ${t.outbox} ADD COLUMN origin TEXT`,
     ],
   },
+  {
+    version: 3,
+    name: 'action record',
+    statements: (t, p) => [
+      `CREATE TABLE ${t.actions} (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        at INTEGER NOT NULL,
+        actor TEXT NOT NULL,
+        action TEXT NOT NULL,
+        consumer TEXT,
+        filter TEXT,
+        count INTEGER NOT NULL,
+        outcome TEXT NOT NULL,
+        detail TEXT
+      )`,
+      `CREATE INDEX "${p}actions_at" ON ${t.actions} (at)`,
+    ],
+  },
 ];
 
 /** The newest version this code knows. */

@@ -1,0 +1,163 @@
+import { createServer, type Server } from 'node:http';
+import { isIP } from 'node:net';
+import { createInterface } from 'node:readline';
+import { DB_FLAGS, str } from '../args.js';
+import type { Command, CommandContext } from '../command.js';
+import { databaseSettings, openDatabase } from '../context.js';
+import { CliError, EXIT, UsageError } from '../errors.js';
+
+const DEFAULT_LISTEN = '127.0.0.1:8780';
+
+/** `--listen host:port` read; host may be an IPv6 address in brackets. */
+export function parseListen(raw: string): { host: string; port: number } {
+  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:[\]]*)):(\d{1,5})$/.exec(raw.trim());
+  const host = m ? (m[1] ?? m[2] ?? '') : '';
+  const port = m ? Number(m[3]) : NaN;
+  if (!m || host === '' || port > 65535) throw new UsageError(`--listen: ${JSON.stringify(raw)} is not host:port, e.g. 127.0.0.1:8780, 0.0.0.0:8780 or [::1]:8780.`);
+  return { host, port };
+}
+
+/** True for an address only this machine reaches. */
+export function isLoopback(host: string): boolean {
+  const h = host.toLowerCase();
+  if (h === 'localhost' || h === '::1') return true;
+  return isIP(h) === 4 && h.startsWith('127.');
+}
+
+async function readPassword(ctx: CommandContext): Promise<string> {
+  const stdin = ctx.io.stdin;
+  if (stdin.isTTY) ctx.io.stderr.write('Password (not echoed is up to your terminal; pipe it in to be sure): ');
+  const rl = createInterface({ input: stdin });
+  try {
+    for await (const line of rl) return line;
+    return '';
+  } finally {
+    rl.close();
+  }
+}
+
+export const consoleHashPassword: Command = {
+  path: ['console', 'hash-password'],
+  usage: '',
+  summary: 'hash a password for the console users file',
+  description: [
+    'Reads a password from the first line of stdin and prints its scrypt hash. Put it in',
+    'the users file that `warren console --users FILE` reads, one user per line:',
+    '',
+    '  alice:operator:scrypt$16384$8$1$...',
+    '  bob:viewer:scrypt$16384$8$1$...',
+  ].join('\n'),
+  flags: {},
+  examples: ["printf '%s\\n' \"$PASSWORD\" | warren console hash-password", 'echo "alice:operator:$(warren console hash-password < pw.txt)" >> console-users'],
+  async run(ctx) {
+    const password = await readPassword(ctx);
+    if (password === '') throw new UsageError('No password on stdin: pipe one in, e.g. printf \'%s\\n\' "$PASSWORD" | warren console hash-password.');
+    const { hashPassword } = await import('../../console/auth.js');
+    ctx.out(await hashPassword(password));
+    return EXIT.ok;
+  },
+};
+
+export const consoleCommand: Command = {
+  path: ['console'],
+  usage: '',
+  summary: 'serve the operator console, a web page over queues, parked messages, retry table and outbox',
+  description: [
+    'Serves the console on --listen (default 127.0.0.1:8780) until Ctrl-C: the overview',
+    '(per consumer: work depth, parked, consumers, redeliveries, with an hour of history),',
+    'the parked messages grouped by cause with replay, canary replay and purge, and, with',
+    '--db, the retry table and the outbox. Every change is recorded on its Actions page',
+    '(and appended to --audit-file when given).',
+    '',
+    'On a loopback address without an auth method, anyone on this machine is an operator.',
+    'Any other address needs one of: --token (or WARREN_CONSOLE_TOKEN; a browser signs in',
+    'with any user name and the token as password), --users FILE (basic auth against',
+    'scrypt hashes from `warren console hash-password`), or --trusted-header NAME (a proxy',
+    'in front that authenticates and sets the user name).',
+  ].join('\n'),
+  flags: {
+    ...DB_FLAGS,
+    listen: { type: 'string', label: '--listen HOST:PORT', help: `address to serve on; default ${DEFAULT_LISTEN}` },
+    token: { type: 'string', label: '--token TOKEN', help: 'operators sign in with this token (16+ characters); env WARREN_CONSOLE_TOKEN' },
+    'viewer-token': { type: 'string', label: '--viewer-token TOKEN', help: 'viewers sign in with this token; env WARREN_CONSOLE_VIEWER_TOKEN' },
+    users: { type: 'string', label: '--users FILE', help: 'basic auth: lines of name:viewer|operator:HASH (HASH from `warren console hash-password`)' },
+    'trusted-header': { type: 'string', label: '--trusted-header NAME', help: 'take the user name from this header, set by an authenticating proxy' },
+    'trusted-role-header': { type: 'string', label: '--trusted-role-header NAME', help: 'with --trusted-header: the header that says viewer or operator; default everyone is a viewer' },
+    'base-path': { type: 'string', label: '--base-path PATH', help: 'serve under this path, e.g. /warren behind a proxy; default /' },
+    'audit-file': { type: 'string', label: '--audit-file FILE', help: 'record actions as JSON lines in FILE (env WARREN_AUDIT_FILE); default the database\'s action record with --db, else memory' },
+  },
+  examples: [
+    'warren console -t dist/topology.js',
+    'warren console -t dist/topology.js --db postgres://ops@db.internal/shop',
+    'WARREN_CONSOLE_TOKEN=$(openssl rand -hex 24) warren console -t dist/topology.js --listen 0.0.0.0:8780',
+    'warren console -t dist/topology.js --listen 10.0.0.5:8780 --users /etc/warren/console-users',
+  ],
+  async run(ctx) {
+    const { host, port } = parseListen(str(ctx.values, 'listen') ?? DEFAULT_LISTEN);
+    const token = str(ctx.values, 'token') ?? ctx.io.env['WARREN_CONSOLE_TOKEN'];
+    const viewerToken = str(ctx.values, 'viewer-token') ?? ctx.io.env['WARREN_CONSOLE_VIEWER_TOKEN'];
+    const usersFile = str(ctx.values, 'users');
+    const trusted = str(ctx.values, 'trusted-header');
+    const roleHeader = str(ctx.values, 'trusted-role-header');
+    if (roleHeader !== undefined && trusted === undefined) throw new UsageError('--trusted-role-header needs --trusted-header too.');
+    const loopback = isLoopback(host);
+    const hasAuth = token !== undefined || viewerToken !== undefined || usersFile !== undefined || trusted !== undefined;
+    if (!loopback && !hasAuth) {
+      throw new UsageError(
+        `--listen ${host}:${port} is reachable from other machines, and no auth method is given, so anyone there could replay and purge. Give one: --token TOKEN (or WARREN_CONSOLE_TOKEN, e.g. $(openssl rand -hex 24)), --users FILE (lines name:operator:HASH from \`warren console hash-password\`), or --trusted-header NAME behind an authenticating proxy; or listen on 127.0.0.1.`,
+      );
+    }
+    const topology = await ctx.topology();
+    const mod = await import('../../console/index.js');
+    const methods = [];
+    try {
+      if (token !== undefined || viewerToken !== undefined) methods.push(mod.tokenAuth({ operator: token, viewer: viewerToken }));
+      if (usersFile !== undefined) methods.push(mod.basicAuth(await mod.readUsersFile(usersFile)));
+    } catch (error) {
+      throw new UsageError(error instanceof Error ? error.message.replace(/^Invalid option `([^`]+)`/, (_m, o: string) => (o === 'users' ? '--users' : `--${o.replace(' ', '-')}`)) : String(error));
+    }
+    if (trusted !== undefined) methods.push(mod.trustedHeaderAuth({ userHeader: trusted, ...(roleHeader !== undefined ? { roleHeader } : {}) }));
+    const authorize = methods.length > 0 ? mod.anyOf(...methods) : () => ({ user: 'local', role: 'operator' as const });
+    const dbGiven = str(ctx.values, 'db') ?? ctx.io.env['WARREN_DB'];
+    const db = dbGiven !== undefined && dbGiven.trim() !== '' ? databaseSettings(ctx.values, ctx.io, ctx.broker.connectTimeoutMs) : undefined;
+    const store = db ? await openDatabase(db) : undefined;
+    const auditFile = str(ctx.values, 'audit-file') ?? (ctx.io.env['WARREN_AUDIT_FILE']?.trim() || undefined);
+    const server: Server = createServer();
+    let ops: Awaited<ReturnType<typeof mod.warrenConsole>> | undefined;
+    try {
+      const bound = await new Promise<number>((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(port, host, () => resolve((server.address() as { port: number }).port));
+      }).catch((error: unknown) => {
+        const code = (error as { code?: string }).code;
+        throw new CliError(`--listen ${host}:${port}: ${code === 'EADDRINUSE' ? 'the port is in use; pick another' : code === 'EADDRNOTAVAIL' ? 'no such address on this machine' : error instanceof Error ? error.message : String(error)}.`, EXIT.usage);
+      });
+      const shownHost = host.includes(':') ? `[${host}]` : host;
+      ops = mod.warrenConsole({
+        topology,
+        url: ctx.broker.url,
+        management: ctx.management(),
+        authorize,
+        ...(store ? { store, databaseName: db?.shown ?? '' } : {}),
+        ...(str(ctx.values, 'base-path') !== undefined ? { basePath: str(ctx.values, 'base-path') as string } : {}),
+        ...(hasAuth ? { challenge: 'Basic realm="warren console", charset="UTF-8"' } : {}),
+        // A console on loopback answers only to loopback names: a DNS-rebinding page cannot reach it.
+        ...(loopback ? { allowedHosts: [`${shownHost}:${bound}`, `localhost:${bound}`, `127.0.0.1:${bound}`, `[::1]:${bound}`] } : {}),
+        ...(auditFile !== undefined ? { actionLog: mod.fileActionLog(auditFile) } : {}),
+      });
+      server.on('request', mod.nodeListener(ops.fetch));
+      const who = hasAuth ? 'sign in required' : 'anyone on this machine is an operator';
+      ctx.out(`warren console: http://${shownHost}:${bound}${ops.basePath}/ (${who}; Ctrl-C to stop)`);
+      await new Promise<void>((resolve) => {
+        if (ctx.signal.aborted) return resolve();
+        ctx.signal.addEventListener('abort', () => resolve(), { once: true });
+      });
+      return EXIT.ok;
+    } finally {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await ops?.close();
+      await store?.close().catch(() => undefined);
+    }
+  },
+};

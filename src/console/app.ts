@@ -1,0 +1,129 @@
+/**
+ * The console's routes on Hono. Every request is authorized; every POST needs the
+ * operator role and the user's CSRF token; every response carries a strict
+ * Content-Security-Policy (scripts and styles only from the console's own files).
+ */
+import { Hono, type Context } from 'hono';
+import { InvalidOptionError, UnknownConsumerError, WarrenError } from '../errors.js';
+import { QueueNotFoundError } from '../park/errors.js';
+import { CONSOLE_CSS, CONSOLE_JS, uplotAssets } from './assets.js';
+import { checkCsrf, csrfToken } from './auth.js';
+import { ConsoleData } from './data.js';
+import type { Jobs } from './jobs.js';
+import type { ResolvedOptions } from './options.js';
+import { errorPage, type PageContext } from './pages/layout.js';
+import { overviewPage } from './pages/overview.js';
+import { ConsoleHttpError, type ConsoleEnv, type RouteDeps } from './http.js';
+import { redactText } from './redact.js';
+import { parkedRoutes } from './routes/parked.js';
+import { storeRoutes } from './routes/store.js';
+
+export const CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+const SECURITY_HEADERS: Readonly<Record<string, string>> = {
+  'content-security-policy': CSP,
+  'x-content-type-options': 'nosniff',
+  'x-frame-options': 'DENY',
+  'referrer-policy': 'same-origin',
+  'cache-control': 'no-store',
+};
+
+function wantsJson(c: Context): boolean {
+  return c.req.path.includes('/api/') || (c.req.header('accept') ?? '').startsWith('application/json');
+}
+
+/** Builds the Hono app of one console. */
+export function consoleApp(options: ResolvedOptions, data: ConsoleData, jobs: Jobs): Hono<ConsoleEnv> {
+  // Not strict: /ops and /ops/ are the same page.
+  const app = new Hono<ConsoleEnv>({ strict: false }).basePath(options.basePath || '/');
+  const deps: RouteDeps = {
+    options,
+    data,
+    jobs,
+    async record(user, entry) {
+      await options.actionLog.record({ ...entry, actor: user.user });
+    },
+  };
+
+  app.use('*', async (c, next) => {
+    await next();
+    for (const [k, v] of Object.entries(SECURITY_HEADERS)) c.res.headers.set(k, v);
+  });
+
+  app.use('*', async (c, next) => {
+    if (options.allowedHosts) {
+      const host = (c.req.header('host') ?? '').toLowerCase();
+      if (!options.allowedHosts.has(host)) return c.text(`Host ${JSON.stringify(host)} is not one this console answers to.`, 403);
+    }
+    const user = await options.authorize(c.req.raw);
+    if (!user) {
+      const res = c.text('Sign in to use the console.', 401);
+      if (options.challenge) res.headers.set('www-authenticate', options.challenge);
+      return res;
+    }
+    if (user.role !== 'viewer' && user.role !== 'operator') return c.text('authorize returned a role that is neither viewer nor operator.', 500);
+    c.set('user', user);
+    c.set('page', { base: options.basePath, user, csrf: csrfToken(options.csrfSecret, user.user), broker: options.brokerName, database: options.databaseName });
+    if (c.req.method !== 'GET' && c.req.method !== 'HEAD') {
+      if (c.req.method !== 'POST') return c.text('Only GET and POST are used.', 405);
+      if (user.role !== 'operator') return c.text(`${user.user} is a viewer: changes need the operator role.`, 403);
+      const origin = c.req.header('origin');
+      // A page of another site, or a sandboxed one (Origin: null), never gets this far.
+      if (origin !== undefined) {
+        let same: boolean;
+        try {
+          // Behind a proxy that rewrites Host, the browser's host is in X-Forwarded-Host.
+          const from = new URL(origin).host.toLowerCase();
+          const hosts = [c.req.header('host'), c.req.header('x-forwarded-host')?.split(',')[0]?.trim()].filter((x): x is string => Boolean(x)).map((x) => x.toLowerCase());
+          same = hosts.includes(from);
+        } catch {
+          same = false;
+        }
+        if (!same) return c.text('Cross-origin request refused.', 403);
+      }
+      let token = c.req.header('x-warren-csrf');
+      if (token === undefined) {
+        const type = c.req.header('content-type') ?? '';
+        if (type.startsWith('application/x-www-form-urlencoded') || type.startsWith('multipart/form-data')) {
+          const body = await c.req.parseBody({ all: true });
+          const value = body['_csrf'];
+          token = typeof value === 'string' ? value : undefined;
+        }
+      }
+      if (!checkCsrf(options.csrfSecret, user.user, token)) return c.text('Missing or wrong CSRF token: reload the page and try again.', 403);
+    }
+    await next();
+  });
+
+  app.get('/assets/console.js', (c) => c.body(CONSOLE_JS, 200, { 'content-type': 'text/javascript; charset=utf-8' }));
+  app.get('/assets/console.css', (c) => c.body(CONSOLE_CSS, 200, { 'content-type': 'text/css; charset=utf-8' }));
+  app.get('/assets/uplot.js', async (c) => c.body((await uplotAssets()).js, 200, { 'content-type': 'text/javascript; charset=utf-8' }));
+  app.get('/assets/uplot.css', async (c) => c.body((await uplotAssets()).css, 200, { 'content-type': 'text/css; charset=utf-8' }));
+
+  app.get('/', async (c) => c.html(overviewPage(c.get('page'), await data.overview())));
+  app.get('/api/overview', async (c) => c.json(await data.overview()));
+  app.get('/api/history', (c) => c.json(data.history()));
+
+  parkedRoutes(app, deps);
+  storeRoutes(app, deps);
+
+  app.notFound((c) => {
+    const page = c.get('page') as PageContext | undefined;
+    if (!page || wantsJson(c)) return c.json({ error: 'not found' }, 404);
+    return c.html(errorPage(page, 'Not found', `Nothing at ${c.req.path}.`), 404);
+  });
+
+  app.onError((error, c) => {
+    let status: 400 | 403 | 404 | 409 | 500 | 502 = 500;
+    if (error instanceof ConsoleHttpError) status = error.status;
+    else if (error instanceof InvalidOptionError) status = 400;
+    else if (error instanceof UnknownConsumerError || error instanceof QueueNotFoundError) status = 404;
+    else if (error instanceof WarrenError && (error.code === 'BROKER_UNREACHABLE' || error.code === 'STORE_UNAVAILABLE')) status = 502;
+    else if (error instanceof WarrenError && error.code === 'UNKNOWN_DEPENDENCY') status = 400;
+    const text = redactText(error instanceof Error ? error.message : String(error));
+    const page = c.get('page') as PageContext | undefined;
+    if (!page || wantsJson(c)) return c.json({ error: text }, status);
+    return c.html(errorPage(page, status >= 500 ? 'Something failed' : 'Cannot do that', text), status);
+  });
+  return app;
+}

@@ -1,0 +1,200 @@
+/**
+ * Who may use the console, and as what. The console asks `authorize(request)` for every
+ * request; these helpers build that function for a bearer token, basic auth against a
+ * file of scrypt-hashed passwords, or a header set by a trusted proxy.
+ */
+import { createHmac, randomBytes, scrypt as scryptCb, timingSafeEqual, type ScryptOptions } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { InvalidOptionError } from '../errors.js';
+
+/** `viewer` reads every page; `operator` also replays, purges, pauses and releases. */
+export type ConsoleRole = 'viewer' | 'operator';
+
+/** Who is asking, as `authorize` tells. */
+export interface ConsoleUser {
+  /** A name for the action record, e.g. `alice`. */
+  readonly user: string;
+  readonly role: ConsoleRole;
+}
+
+/** Decides who a request comes from; `null` refuses it (401). */
+export type Authorize = (request: Request) => ConsoleUser | null | Promise<ConsoleUser | null>;
+
+export function isRole(value: unknown): value is ConsoleRole {
+  return value === 'viewer' || value === 'operator';
+}
+
+function scrypt(password: string, salt: Buffer, keylen: number, options: ScryptOptions): Promise<Buffer> {
+  return new Promise((resolve, reject) => scryptCb(password, salt, keylen, options, (error, key) => (error ? reject(error) : resolve(key))));
+}
+
+const SCRYPT = { N: 16384, r: 8, p: 1 } as const;
+
+/**
+ * Hashes a password for a users file: `scrypt$N$r$p$salt$hash` (salt and hash in base64).
+ *
+ * @example
+ * const line = `alice:operator:${await hashPassword('correct horse')}`;
+ */
+export async function hashPassword(password: string): Promise<string> {
+  if (password.length === 0) throw new InvalidOptionError('password', 'is empty');
+  const salt = randomBytes(16);
+  const key = await scrypt(password, salt, 32, { ...SCRYPT, maxmem: 64 * 1024 * 1024 });
+  return `scrypt$${SCRYPT.N}$${SCRYPT.r}$${SCRYPT.p}$${salt.toString('base64')}$${key.toString('base64')}`;
+}
+
+/** True when `password` matches a hash made by {@link hashPassword}. */
+export async function verifyPassword(password: string, hash: string): Promise<boolean> {
+  const parts = hash.split('$');
+  if (parts.length !== 6 || parts[0] !== 'scrypt') return false;
+  const [N, r, p] = parts.slice(1, 4).map(Number) as [number, number, number];
+  if (![N, r, p].every((n) => Number.isSafeInteger(n) && n > 0) || N > 1 << 20) return false;
+  const salt = Buffer.from(parts[4] as string, 'base64');
+  const expected = Buffer.from(parts[5] as string, 'base64');
+  if (expected.length < 16) return false;
+  const key = await scrypt(password, salt, expected.length, { N, r, p, maxmem: 256 * N * r + 64 * 1024 * 1024 });
+  return timingSafeEqual(key, expected);
+}
+
+/** One line of a users file. */
+export interface UserEntry {
+  readonly user: string;
+  readonly role: ConsoleRole;
+  readonly hash: string;
+}
+
+/**
+ * Reads a users file: one `name:role:hash` per line (role `viewer` or `operator`, hash
+ * from `warren console hash-password`); blank lines and lines starting with `#` are
+ * skipped. Throws naming the line that is wrong.
+ */
+export function parseUsers(text: string, source = 'users file'): Map<string, UserEntry> {
+  const users = new Map<string, UserEntry>();
+  text.split(/\r?\n/).forEach((raw, i) => {
+    const line = raw.trim();
+    if (line === '' || line.startsWith('#')) return;
+    const m = /^([^:\s]+):([^:\s]+):(scrypt\$\S+)$/.exec(line);
+    if (!m) throw new InvalidOptionError('users', `${source} line ${i + 1} is not name:role:hash`, 'Make each line name:viewer|operator:HASH, with HASH from `warren console hash-password`.');
+    const role = m[2];
+    if (!isRole(role)) throw new InvalidOptionError('users', `${source} line ${i + 1}: role ${JSON.stringify(role)} is neither viewer nor operator`);
+    users.set(m[1] as string, { user: m[1] as string, role, hash: m[3] as string });
+  });
+  if (users.size === 0) throw new InvalidOptionError('users', `${source} names no user`, 'Add a line name:operator:HASH (HASH from `warren console hash-password`).');
+  return users;
+}
+
+/** Reads and parses a users file. */
+export async function readUsersFile(path: string): Promise<Map<string, UserEntry>> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (error) {
+    throw new InvalidOptionError('users', `cannot read ${path}: ${error instanceof Error ? error.message : String(error)}`);
+  }
+  return parseUsers(text, path);
+}
+
+function basicCredentials(request: Request): { user: string; password: string } | undefined {
+  const header = request.headers.get('authorization');
+  const m = header ? /^Basic\s+([A-Za-z0-9+/=]+)\s*$/i.exec(header) : null;
+  if (!m) return undefined;
+  const decoded = Buffer.from(m[1] as string, 'base64').toString('utf8');
+  const colon = decoded.indexOf(':');
+  if (colon < 0) return undefined;
+  return { user: decoded.slice(0, colon), password: decoded.slice(colon + 1) };
+}
+
+function sameSecret(a: string, b: string): boolean {
+  // Compare digests so the comparison takes the same time whatever the lengths.
+  const da = createHmac('sha256', 'warren-console').update(a).digest();
+  const db = createHmac('sha256', 'warren-console').update(b).digest();
+  return timingSafeEqual(da, db);
+}
+
+/**
+ * Basic auth against users with scrypt-hashed passwords. Verified passwords are cached
+ * (by a keyed digest, never in clear) so each request does not pay scrypt's cost.
+ */
+export function basicAuth(users: ReadonlyMap<string, UserEntry>): Authorize {
+  const verified = new Map<string, string>();
+  const key = randomBytes(32);
+  return async (request) => {
+    const c = basicCredentials(request);
+    if (!c) return null;
+    const entry = users.get(c.user);
+    if (!entry) return null;
+    const digest = createHmac('sha256', key).update(`${c.user}\0${c.password}`).digest('base64');
+    if (verified.get(c.user) !== digest) {
+      if (!(await verifyPassword(c.password, entry.hash))) return null;
+      verified.set(c.user, digest);
+    }
+    return { user: entry.user, role: entry.role };
+  };
+}
+
+/**
+ * A shared secret: `Authorization: Bearer TOKEN`, or basic auth with the token as the
+ * password (so a browser's login prompt works; the user name given is the one recorded).
+ */
+export function tokenAuth(tokens: { operator?: string | undefined; viewer?: string | undefined }): Authorize {
+  for (const [role, token] of Object.entries(tokens)) {
+    if (token !== undefined && token.length < 16) throw new InvalidOptionError(`${role} token`, 'is shorter than 16 characters', 'Use a long random token, e.g. `openssl rand -hex 24`.');
+  }
+  return (request) => {
+    const header = request.headers.get('authorization') ?? '';
+    const bearer = /^Bearer\s+(\S+)\s*$/i.exec(header)?.[1];
+    const basic = basicCredentials(request);
+    const given = bearer ?? basic?.password;
+    if (given === undefined) return null;
+    const name = basic?.user || 'token';
+    if (tokens.operator !== undefined && sameSecret(given, tokens.operator)) return { user: name, role: 'operator' };
+    if (tokens.viewer !== undefined && sameSecret(given, tokens.viewer)) return { user: name, role: 'viewer' };
+    return null;
+  };
+}
+
+/** Options of {@link trustedHeaderAuth}. */
+export interface TrustedHeaderOptions {
+  /** The header the proxy sets to the signed-in user's name, e.g. `x-forwarded-user`. */
+  userHeader: string;
+  /** A header the proxy sets to `viewer` or `operator`. @default none: everyone gets `defaultRole` */
+  roleHeader?: string;
+  /** @default 'viewer' */
+  defaultRole?: ConsoleRole;
+}
+
+/**
+ * Trusts a header set by an authenticating proxy (oauth2-proxy, an ingress with SSO).
+ * Only safe when nothing but the proxy can reach the console.
+ */
+export function trustedHeaderAuth(options: TrustedHeaderOptions): Authorize {
+  const fallback = options.defaultRole ?? 'viewer';
+  return (request) => {
+    const user = request.headers.get(options.userHeader)?.trim();
+    if (!user) return null;
+    const role = options.roleHeader === undefined ? fallback : request.headers.get(options.roleHeader)?.trim().toLowerCase();
+    return { user, role: isRole(role) ? role : fallback };
+  };
+}
+
+/** The first method that recognizes the request decides. */
+export function anyOf(...methods: readonly Authorize[]): Authorize {
+  return async (request) => {
+    for (const m of methods) {
+      const who = await m(request);
+      if (who) return who;
+    }
+    return null;
+  };
+}
+
+/** The CSRF token of a user: a keyed digest of the name, so it needs no server state and no cookie. */
+export function csrfToken(secret: Buffer, user: string): string {
+  return createHmac('sha256', secret).update(`csrf\0${user}`).digest('base64url');
+}
+
+/** True when `given` is the user's CSRF token. */
+export function checkCsrf(secret: Buffer, user: string, given: string | undefined): boolean {
+  if (given === undefined || given === '') return false;
+  return sameSecret(given, csrfToken(secret, user));
+}

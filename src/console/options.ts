@@ -1,0 +1,179 @@
+import * as amqp from 'amqplib';
+import { randomBytes } from 'node:crypto';
+import { InvalidOptionError } from '../errors.js';
+import { ManagementClient } from '../management/client.js';
+import type { Store } from '../store/index.js';
+import type { Topology } from '../topology/declaration.js';
+import type { Warren } from '../warren.js';
+import type { Authorize } from './auth.js';
+import { memoryActionLog, type ActionLog } from './record.js';
+import { redactUrl } from './redact.js';
+
+/** Options of {@link warrenConsole}. */
+export interface ConsoleOptions {
+  /**
+   * Who may use the console, and as what: called for every request; `null` answers 401.
+   * Required: an application decides who its operators are. `() => ({ user: 'local', role: 'operator' })`
+   * opens it to anyone who can reach it.
+   */
+  authorize: Authorize;
+  /** A running warren: its topology, connection and management API. Give this, or `topology` with `url` or `connection`. */
+  warren?: Warren;
+  /** The topology whose queues the console shows. @default `warren.topology` */
+  topology?: Topology;
+  /** AMQP URL the console connects with (one connection, opened on first use). @default process.env.WARREN_AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672' */
+  url?: string;
+  /** The connection to use instead of opening one. @default `warren`'s, else one opened on `url` */
+  connection?: () => Promise<amqp.ChannelModel>;
+  /**
+   * The management API (unacknowledged counts, redelivery rates, bindings), or `false` to
+   * read depths by passive declares only.
+   * @default a client on process.env.WARREN_MANAGEMENT_URL ?? 'http://guest:guest@127.0.0.1:15672', on the AMQP URL's vhost
+   */
+  management?: ManagementClient | false;
+  /** The application's store: adds the retry table and the outbox. @default none */
+  store?: Store<unknown>;
+  /** How the database is named on the page (a URL is shown with its password masked). @default the store's backend */
+  databaseName?: string;
+  /** The path the console is mounted under, e.g. `/ops/warren`. @default '' (the root) */
+  basePath?: string;
+  /** The `WWW-Authenticate` value sent with a 401, e.g. `Basic realm="warren"` so browsers ask. @default none */
+  challenge?: string;
+  /**
+   * The key CSRF tokens are made with. Give the same one to every instance behind a load
+   * balancer. @default random per process
+   */
+  csrfSecret?: string;
+  /**
+   * Host header values accepted (e.g. `127.0.0.1:8080`); others get 403. Stops a DNS
+   * rebinding page from reaching a console on loopback. @default any host
+   */
+  allowedHosts?: readonly string[];
+  /** Where actions are recorded (see `src/audit`). @default the store's action record (`store.actions`) when a store is given, else the last 1000 in memory */
+  actionLog?: ActionLog;
+  /** How long a broker or database reading is reused. @default 2000 */
+  cacheMs?: number;
+  /** How often the console samples the figures for its charts. @default 15000 */
+  sampleIntervalMs?: number;
+  /** How much sampled history the charts keep, in memory. @default 3600000 (1 hour) */
+  historyMs?: number;
+  /** A due retry-table row older than this is a problem, as in `warren status`. @default 300000 (5 min) */
+  maxDueAgeMs?: number;
+  /** Parked messages a page reads at most (a browse holds them unacknowledged meanwhile). @default 10000 */
+  maxParkedRead?: number;
+}
+
+/** Options after defaults and checks. */
+export interface ResolvedOptions {
+  readonly authorize: Authorize;
+  readonly topology: Topology;
+  readonly connection: () => Promise<amqp.ChannelModel>;
+  readonly closeConnection: () => Promise<void>;
+  readonly management: ManagementClient | undefined;
+  readonly store: Store<unknown> | undefined;
+  readonly brokerName: string;
+  readonly databaseName: string | null;
+  readonly basePath: string;
+  readonly challenge: string | undefined;
+  readonly csrfSecret: Buffer;
+  readonly allowedHosts: ReadonlySet<string> | undefined;
+  readonly actionLog: ActionLog;
+  readonly cacheMs: number;
+  readonly sampleIntervalMs: number;
+  readonly historyMs: number;
+  readonly maxDueAgeMs: number;
+  readonly maxParkedRead: number;
+}
+
+function ms(name: string, value: number | undefined, fallback: number, min: number): number {
+  if (value === undefined) return fallback;
+  if (!Number.isFinite(value) || value < min) throw new InvalidOptionError(name, `${value} is not a number of milliseconds of at least ${min}`);
+  return value;
+}
+
+/** One lazily opened connection, opened again after it closes. */
+function ownConnection(url: string): { get: () => Promise<amqp.ChannelModel>; close: () => Promise<void> } {
+  let model: Promise<amqp.ChannelModel> | undefined;
+  let closed = false;
+  return {
+    get() {
+      if (closed) return Promise.reject(new Error('the console is closed'));
+      model ??= amqp.connect(url, { noDelay: true, clientProperties: { connection_name: 'warren-console' } }).then(
+        (m) => {
+          m.on('error', () => undefined);
+          m.on('close', () => {
+            model = undefined;
+          });
+          return m;
+        },
+        (error: unknown) => {
+          model = undefined;
+          throw error;
+        },
+      );
+      return model;
+    },
+    async close() {
+      closed = true;
+      const m = await model?.catch(() => undefined);
+      await m?.close().catch(() => undefined);
+    },
+  };
+}
+
+function vhostOf(url: string): string {
+  try {
+    const path = new URL(url).pathname;
+    return path.length > 1 ? decodeURIComponent(path.slice(1)) : '/';
+  } catch {
+    return '/';
+  }
+}
+
+/** Applies defaults and checks the options once. */
+export function resolveOptions(options: ConsoleOptions): ResolvedOptions {
+  if (typeof options !== 'object' || options === null) throw new InvalidOptionError('options', 'expected an object');
+  if (typeof options.authorize !== 'function') {
+    throw new InvalidOptionError('authorize', 'is required', "Pass a function (request) => ({ user, role }) | null; `() => ({ user: 'local', role: 'operator' })` lets in anyone who can reach the console.");
+  }
+  const topology = options.topology ?? options.warren?.topology;
+  if (!topology) throw new InvalidOptionError('topology', 'is required', 'Pass `warren` (a running Warren) or `topology` (from defineTopology).');
+  const url = options.url ?? process.env['WARREN_AMQP_URL'] ?? 'amqp://guest:guest@127.0.0.1:5672';
+  let connection: () => Promise<amqp.ChannelModel>;
+  let closeConnection: () => Promise<void> = () => Promise.resolve();
+  if (options.connection) connection = options.connection;
+  else if (options.warren) {
+    const w = options.warren;
+    connection = () => w.connection.waitReady(5000);
+  } else {
+    const own = ownConnection(url);
+    connection = own.get;
+    closeConnection = own.close;
+  }
+  const basePath = (options.basePath ?? '').replace(/\/+$/, '');
+  if (basePath !== '' && !/^\/[A-Za-z0-9._~\-/]*$/.test(basePath)) throw new InvalidOptionError('basePath', `${JSON.stringify(options.basePath)} is not a path such as /ops/warren`);
+  const management =
+    options.management === false ? undefined : (options.management ?? new ManagementClient({ url: process.env['WARREN_MANAGEMENT_URL'] ?? 'http://guest:guest@127.0.0.1:15672', vhost: vhostOf(url) }));
+  const maxParkedRead = options.maxParkedRead ?? 10_000;
+  if (!Number.isInteger(maxParkedRead) || maxParkedRead < 1) throw new InvalidOptionError('maxParkedRead', `${maxParkedRead} is not a whole number of at least 1`);
+  return {
+    authorize: options.authorize,
+    topology,
+    connection,
+    closeConnection,
+    management,
+    store: options.store,
+    brokerName: options.connection || options.warren ? 'the application\'s connection' : redactUrl(url),
+    databaseName: options.databaseName !== undefined ? redactUrl(options.databaseName) : options.store ? options.store.backend : null,
+    basePath,
+    challenge: options.challenge,
+    csrfSecret: options.csrfSecret !== undefined ? Buffer.from(options.csrfSecret, 'utf8') : randomBytes(32),
+    allowedHosts: options.allowedHosts ? new Set(options.allowedHosts.map((h) => h.toLowerCase())) : undefined,
+    actionLog: options.actionLog ?? options.store?.actions ?? memoryActionLog(),
+    cacheMs: ms('cacheMs', options.cacheMs, 2000, 0),
+    sampleIntervalMs: ms('sampleIntervalMs', options.sampleIntervalMs, 15_000, 100),
+    historyMs: ms('historyMs', options.historyMs, 3_600_000, 1000),
+    maxDueAgeMs: ms('maxDueAgeMs', options.maxDueAgeMs, 300_000, 1),
+    maxParkedRead,
+  };
+}

@@ -1,0 +1,372 @@
+/**
+ * Parked messages: the index, a consumer's groups and messages, one message, export,
+ * replay (one, selected, a group, the filter) as background jobs, canary replay, and
+ * purge with a typed confirmation.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Context, Hono } from 'hono';
+import type * as amqp from 'amqplib';
+import { canaryReplay, continueCanary } from '../../park/canary.js';
+import { describeFilter, parseFilter, type ParkedFilter } from '../../park/filter.js';
+import { parkedIdentity } from '../../park/identity.js';
+import { attemptHistory, groupParked, type ParkedMessage } from '../../park/message.js';
+import { browseParked, exportRecord, listParked, purgeParked, replayParked, type ParkedTarget } from '../../park/operations.js';
+import type { ConsumerTopology } from '../../topology/declaration.js';
+import { ConsoleHttpError, type ConsoleEnv, type RouteDeps } from '../http.js';
+import type { ConsoleUser } from '../auth.js';
+import type { Job, JobState, JobView } from '../jobs.js';
+import { filterQuery, jobPage, messagePage, parkedIndexPage, parkedPage, purgedPage, purgePage, type FilterFields } from '../pages/parked.js';
+import { formOf, numberField, queryOf, type Fields } from './form.js';
+
+const FIELD_NAMES = { error: 'error', errorClass: 'class', since: 'since', until: 'until', messageIds: 'message id', routingKey: 'routing key' };
+const SHOWN = 200;
+const PENDING_PURGE_MS = 15 * 60_000;
+
+function filterFields(f: Fields): FilterFields {
+  return { error: f.one('error'), class: f.one('class'), since: f.one('since'), until: f.one('until'), key: f.one('key'), mid: f.one('mid') };
+}
+
+function toFilter(ff: FilterFields): ParkedFilter {
+  return parseFilter({ error: ff.error, errorClass: ff.class, since: ff.since, until: ff.until, messageIds: ff.mid === undefined ? undefined : [ff.mid], routingKey: ff.key }, new Date(), FIELD_NAMES);
+}
+
+function plainFilter(filter: ParkedFilter, fingerprint?: string): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  if (filter.error !== undefined) out['error'] = String(filter.error);
+  if (filter.errorClass !== undefined) out['errorClass'] = filter.errorClass;
+  if (filter.since !== undefined) out['since'] = filter.since.toISOString();
+  if (filter.until !== undefined) out['until'] = filter.until.toISOString();
+  if (filter.routingKey !== undefined) out['routingKey'] = filter.routingKey;
+  if (filter.messageIds !== undefined) out['messageIds'] = filter.messageIds.length > 20 ? `${filter.messageIds.length} ids` : filter.messageIds;
+  const fp = fingerprint ?? filter.fingerprint;
+  if (fp !== undefined) out['fingerprint'] = fp;
+  return out;
+}
+
+interface PendingPurge {
+  readonly consumer: string;
+  readonly identities: readonly string[];
+  readonly filter: Record<string, unknown>;
+  readonly described: string;
+  readonly exportQuery: string;
+  readonly user: string;
+  readonly expires: number;
+}
+
+/** Registers the parked-message routes. */
+export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
+  const { options, jobs } = deps;
+  const topology = options.topology;
+  const pending = new Map<string, PendingPurge>();
+
+  const consumerOf = (c: Context<ConsoleEnv>): ConsumerTopology => topology.consumer(c.req.param('consumer') ?? '');
+  const model = (): Promise<amqp.ChannelModel> => options.connection();
+
+  /** Every message of the queue that matches, and how the read ended. */
+  async function read(target: ParkedTarget, filter: ParkedFilter, signal?: AbortSignal) {
+    const result = await listParked(await model(), target, { filter, maxHeld: options.maxParkedRead, ...(signal ? { signal } : {}) });
+    const incomplete = result.stopReason === 'max-held' ? `Only the first ${options.maxParkedRead} held messages were read (${result.notExamined} not examined): narrow the filter.` : null;
+    return { ...result, incomplete };
+  }
+
+  /** The messages a replay or purge form selects, as a filter of message ids or the page's filter. */
+  async function selection(target: ParkedTarget, f: Fields): Promise<{ filter: ParkedFilter; words: string; recorded: Record<string, unknown>; asked: number | null }> {
+    const ff = filterFields(f);
+    const base = toFilter(ff);
+    const scope = f.one('scope') ?? 'filter';
+    if (scope === 'selected') {
+      const ids = [...new Set(f.all('id'))];
+      if (ids.length === 0) throw new ConsoleHttpError(400, 'Select at least one message (tick its box) first.');
+      return { filter: { messageIds: ids }, words: `${ids.length} selected message${ids.length === 1 ? '' : 's'}`, recorded: { messageIds: ids.length > 20 ? `${ids.length} ids` : ids }, asked: ids.length };
+    }
+    if (scope === 'group') {
+      const fingerprint = f.one('fingerprint');
+      if (fingerprint === undefined) throw new ConsoleHttpError(400, 'No group given (fingerprint).');
+      const filter = { ...base, fingerprint };
+      return { filter, words: `group ${fingerprint}`, recorded: plainFilter(filter), asked: null };
+    }
+    if (scope !== 'filter') throw new ConsoleHttpError(400, `Unknown scope ${JSON.stringify(scope)}: one of selected, group, filter.`);
+    return { filter: base, words: describeFilter(base), recorded: plainFilter(base), asked: null };
+  }
+
+  function progressOf(job: Job) {
+    return (p: { total: number; scanned: number; matched: number; published: number }) => {
+      job.view.progress.total = p.total;
+      job.view.progress.scanned = p.scanned;
+      job.view.progress.matched = p.matched;
+      job.view.progress.published = p.published;
+    };
+  }
+
+  async function replayPass(job: Job, target: ParkedTarget, filter: ParkedFilter, rate: number | undefined, user: ConsoleUser) {
+    const result = await replayParked(await model(), target, {
+      filter,
+      signal: job.signal,
+      maxHeld: options.maxParkedRead,
+      actor: user.user,
+      onProgress: progressOf(job),
+      ...(rate !== undefined ? { ratePerSecond: rate } : {}),
+    });
+    job.view.progress.replayed += result.replayed;
+    deps.data.invalidate();
+    return result;
+  }
+
+  const OUTCOME: Record<JobState, 'ok' | 'partial' | 'failed'> = { done: 'ok', stopped: 'partial', failed: 'failed', running: 'partial', watching: 'partial', 'awaiting-decision': 'partial' };
+  /** A job is recorded when it ends, however it ends: what it was asked, how many it replayed. */
+  const ended = (user: ConsoleUser, action: string, recorded: Record<string, unknown>, rate: number | undefined) => async (j: JobView) => {
+    await deps.record(user, {
+      action,
+      consumer: j.consumer,
+      filter: recorded,
+      count: j.progress.replayed,
+      outcome: OUTCOME[j.state],
+      detail: { job: j.id, state: j.state, note: j.message, rate: rate ?? null, ...(j.canary ? { canaries: j.canary.sent, canariesBack: j.canary.returned, verdict: j.canary.verdict } : {}) },
+    });
+  };
+
+  app.get('/parked', async (c) => {
+    const overview = await deps.data.overview();
+    return c.html(parkedIndexPage(c.get('page'), overview.consumers.map((v) => ({ consumer: v.name, queue: v.parked.queue, depth: v.parked.depth }))));
+  });
+
+  app.get('/parked/:consumer', async (c) => {
+    const target = consumerOf(c);
+    const ff = filterFields(queryOf(c));
+    const filter = toFilter(ff);
+    const r = await read(target, filter);
+    return c.html(
+      parkedPage(c.get('page'), {
+        consumer: target.name,
+        queue: target.parkedQueue,
+        filter: ff,
+        described: describeFilter(filter),
+        groups: groupParked(r.messages),
+        messages: r.messages.slice(0, SHOWN),
+        matched: r.matched,
+        total: r.total,
+        incomplete: r.incomplete,
+        jobs: jobs.list().filter((j) => j.consumer === target.name).slice(0, 5),
+      }),
+    );
+  });
+
+  app.get('/parked/:consumer/messages/:id', async (c) => {
+    const target = consumerOf(c);
+    const id = c.req.param('id');
+    let found: ParkedMessage | undefined;
+    await browseParked(await model(), target, {
+      filter: { messageIds: [id] },
+      maxHeld: options.maxParkedRead,
+      onMessage: (m) => {
+        found = m;
+        return 'stop';
+      },
+    });
+    if (!found) throw new ConsoleHttpError(404, `No parked message of ${target.name} has id ${id}: it was replayed or purged, or never parked here.`);
+    return c.html(messagePage(c.get('page'), target.name, found, attemptHistory(found)));
+  });
+
+  app.get('/parked/:consumer/export', async (c) => {
+    const target = consumerOf(c);
+    const q = queryOf(c);
+    const ff = filterFields(q);
+    const filter = toFilter(ff);
+    const fingerprint = q.one('fingerprint');
+    const lines: string[] = [];
+    await browseParked(await model(), target, {
+      filter,
+      maxHeld: options.maxParkedRead,
+      onMessage: (m) => {
+        if (fingerprint === undefined || m.fingerprint === fingerprint) lines.push(`${JSON.stringify(exportRecord(m))}\n`);
+      },
+    });
+    await deps.record(c.get('user'), { action: 'parked.export', consumer: target.name, filter: plainFilter(filter, fingerprint), count: lines.length, outcome: 'ok' });
+    const name = `${target.name}-parked-${new Date().toISOString().replace(/[:.]/g, '-')}.jsonl`.replace(/[^A-Za-z0-9._-]/g, '_');
+    return c.body(lines.join(''), 200, { 'content-type': 'application/x-ndjson; charset=utf-8', 'content-disposition': `attachment; filename="${name}"` });
+  });
+
+  app.post('/parked/:consumer/replay', async (c) => {
+    const target = consumerOf(c);
+    const user = c.get('user');
+    const f = await formOf(c);
+    const rate = numberField(f, 'rate', 'rate', 0.01, 1_000_000);
+    const sel = await selection(target, f);
+    const id = jobs.start(
+      { kind: 'replay', consumer: target.name, user: user.user, selection: sel.words, ratePerSecond: rate ?? null },
+      async (job) => {
+        const result = await replayPass(job, target, sel.filter, rate, user);
+        job.view.message = `${result.replayed} replayed to ${result.targetQueue}${result.failed.length ? `; ${result.failed.length} could not be moved and stay parked` : ''}${result.stopReason === 'aborted' ? '; stopped' : ''}.`;
+        if (result.stopReason === 'aborted') job.view.state = 'stopped';
+      },
+      ended(user, 'parked.replay', sel.recorded, rate),
+    );
+    return c.redirect(`${options.basePath}/jobs/${id}`, 303);
+  });
+
+  app.post('/parked/:consumer/canary', async (c) => {
+    const target = consumerOf(c);
+    const user = c.get('user');
+    const f = await formOf(c);
+    const n = numberField(f, 'n', 'first N', 1, 10_000) ?? 3;
+    const windowSeconds = numberField(f, 'window', 'watch window (seconds)', 0, 86_400);
+    const rate = numberField(f, 'rate', 'rate', 0.01, 1_000_000);
+    const fingerprint = f.one('fingerprint');
+    if (fingerprint === undefined) throw new ConsoleHttpError(400, 'A canary replay needs a group (fingerprint).');
+    const filter: ParkedFilter = { ...toFilter(filterFields(f)), fingerprint };
+    const recorded = { ...plainFilter(filter), canaries: Math.floor(n) };
+    const id = jobs.start(
+      {
+        kind: 'canary',
+        consumer: target.name,
+        user: user.user,
+        selection: `group ${fingerprint}: the first ${Math.floor(n)}, then the rest`,
+        ratePerSecond: rate ?? null,
+        canary: { n: Math.floor(n), windowMs: windowSeconds === undefined ? null : windowSeconds * 1000, sent: 0, returned: 0, returnedIds: [], windowEndsAt: null, rest: null, verdict: null },
+      },
+      async (job) => {
+        const canary = job.view.canary as NonNullable<Job['view']['canary']>;
+        job.view.state = 'watching';
+        const result = await canaryReplay(await model(), target, {
+          filter,
+          count: Math.floor(n),
+          ...(windowSeconds !== undefined ? { windowMs: Math.round(windowSeconds * 1000) } : {}),
+          signal: job.signal,
+          actor: user.user,
+          maxHeld: options.maxParkedRead,
+          ...(options.store ? { processed: options.store } : {}),
+          onOutcome: (m) => {
+            canary.sent = Math.max(canary.sent, 1);
+            if (m.outcome === 'failed' && m.messageId !== undefined) {
+              canary.returned += 1;
+              canary.returnedIds.push(m.messageId);
+            }
+          },
+        });
+        deps.data.invalidate();
+        canary.sent = result.canaries.length;
+        canary.returned = result.failed;
+        canary.rest = result.remaining;
+        canary.verdict = result.verdict;
+        canary.windowMs = result.windowMs;
+        canary.windowEndsAt = new Date(Date.now()).toISOString();
+        job.view.progress.replayed = result.replay.replayed;
+        if (job.signal.aborted) return;
+        if (result.verdict === 'empty') {
+          job.view.message = 'Nothing in the group was left to replay.';
+          return;
+        }
+        job.view.state = 'awaiting-decision';
+        job.view.message =
+          result.failed === 0
+            ? `None of the ${result.canaries.length} canaries came back within ${Math.round(result.windowMs / 1000)} s (${result.succeeded} succeeded). Continue with the other ${result.remaining}, or stop.`
+            : `${result.failed} of ${result.canaries.length} canaries came back to the parked queue: the cause is probably not fixed. Stop, or continue anyway.`;
+        if (!(await job.decision())) {
+          job.view.state = 'stopped';
+          job.view.message = `Stopped after the canaries: ${result.failed} of ${result.canaries.length} came back; the other ${result.remaining} stay parked.`;
+          return;
+        }
+        job.view.state = 'running';
+        const rest = await continueCanary(await model(), target, result, {
+          signal: job.signal,
+          actor: user.user,
+          maxHeld: options.maxParkedRead,
+          onProgress: progressOf(job),
+          ...(rate !== undefined ? { ratePerSecond: rate } : {}),
+        });
+        deps.data.invalidate();
+        job.view.progress.replayed += rest.replayed;
+        job.view.message = `Canaries: ${result.failed} of ${result.canaries.length} came back. Then ${rest.replayed} more replayed to ${rest.targetQueue}${rest.stopReason === 'aborted' ? '; stopped' : ''}.`;
+        if (rest.stopReason === 'aborted') job.view.state = 'stopped';
+      },
+      ended(user, 'parked.canary', recorded, rate),
+    );
+    return c.redirect(`${options.basePath}/jobs/${id}`, 303);
+  });
+
+  /** Counts what a purge would delete and asks for the typed confirmation. */
+  async function confirmPurge(c: Context<ConsoleEnv>, f: Fields, scope: 'selected' | 'filter') {
+    const target = consumerOf(c);
+    const ff = filterFields(f);
+    const filter = toFilter(ff);
+    const fingerprint = scope === 'filter' ? f.one('fingerprint') : undefined;
+    const ids = scope === 'selected' ? [...new Set(f.all('id'))] : undefined;
+    if (ids !== undefined && ids.length === 0) throw new ConsoleHttpError(400, 'Select at least one message (tick its box) first.');
+    const identities: string[] = [];
+    await browseParked(await model(), target, {
+      filter: ids ? { messageIds: ids } : filter,
+      maxHeld: options.maxParkedRead,
+      onMessage: (m) => {
+        if (fingerprint === undefined || m.fingerprint === fingerprint) identities.push(parkedIdentity(m));
+      },
+    });
+    if (identities.length === 0) throw new ConsoleHttpError(409, 'Nothing parked matches: there is nothing to purge.');
+    for (const [k, p] of pending) if (p.expires < Date.now()) pending.delete(k);
+    const token = randomUUID();
+    const described = ids ? `${ids.length} selected` : fingerprint ? `group ${fingerprint}, ${describeFilter(filter)}` : describeFilter(filter);
+    const exportQuery = ids ? filterQuery({}, { mid: ids.join(',') }) : filterQuery(ff, fingerprint ? { fingerprint } : {});
+    pending.set(token, {
+      consumer: target.name,
+      identities,
+      filter: ids ? { messageIds: ids.length > 20 ? `${ids.length} ids` : ids } : plainFilter(filter, fingerprint),
+      described,
+      exportQuery,
+      user: c.get('user').user,
+      expires: Date.now() + PENDING_PURGE_MS,
+    });
+    return c.html(purgePage(c.get('page'), { consumer: target.name, token, count: identities.length, described, exportQuery, refused: null }));
+  }
+
+  app.get('/parked/:consumer/purge', async (c) => {
+    if (c.get('user').role !== 'operator') throw new ConsoleHttpError(403, 'Purging needs the operator role.');
+    return confirmPurge(c, queryOf(c), 'filter');
+  });
+  app.post('/parked/:consumer/purge/selected', async (c) => confirmPurge(c, await formOf(c), 'selected'));
+
+  app.post('/parked/:consumer/purge', async (c) => {
+    const target = consumerOf(c);
+    const user = c.get('user');
+    const f = await formOf(c);
+    const token = f.one('purge') ?? '';
+    const p = pending.get(token);
+    if (!p || p.consumer !== target.name || p.expires < Date.now()) throw new ConsoleHttpError(409, 'This purge confirmation has expired or was used already: open the purge page again.');
+    if (p.user !== user.user) throw new ConsoleHttpError(403, 'This purge was counted for another user: open the purge page yourself.');
+    const typed = f.one('confirm') ?? '';
+    if (typed !== String(p.identities.length) && typed !== target.name) {
+      return c.html(
+        purgePage(c.get('page'), { consumer: target.name, token, count: p.identities.length, described: p.described, exportQuery: p.exportQuery, refused: `Not purged: type ${p.identities.length} or ${target.name} exactly to confirm.` }),
+        400,
+      );
+    }
+    pending.delete(token);
+    const result = await purgeParked(await model(), target, { only: p.identities, maxHeld: options.maxParkedRead });
+    deps.data.invalidate();
+    await deps.record(user, { action: 'parked.purge', consumer: target.name, filter: p.filter, count: result.removed, outcome: result.removed === p.identities.length ? 'ok' : 'partial', detail: { counted: p.identities.length, notFound: result.notFound } });
+    return c.html(purgedPage(c.get('page'), target.name, result.removed, result.notFound));
+  });
+
+  app.get('/jobs/:id', (c) => {
+    const j = jobs.get(c.req.param('id'));
+    if (!j) throw new ConsoleHttpError(404, 'No such job (jobs are kept in memory until the console restarts; the action record keeps what they did).');
+    return c.html(jobPage(c.get('page'), j));
+  });
+  app.get('/api/jobs/:id', (c) => {
+    const j = jobs.get(c.req.param('id'));
+    return j ? c.json(j) : c.json({ error: 'no such job' }, 404);
+  });
+  app.get('/api/jobs', (c) => c.json(jobs.list()));
+  app.post('/jobs/:id/stop', async (c) => {
+    const id = c.req.param('id');
+    const j = jobs.get(id);
+    if (!j || !jobs.stop(id)) throw new ConsoleHttpError(409, 'That job is not running.');
+    await deps.record(c.get('user'), { action: 'job.stop', consumer: j.consumer, count: 0, outcome: 'ok', detail: { job: id, kind: j.kind } });
+    return c.redirect(`${options.basePath}/jobs/${id}`, 303);
+  });
+  app.post('/jobs/:id/continue', async (c) => {
+    const id = c.req.param('id');
+    const j = jobs.get(id);
+    if (!j || !jobs.proceed(id)) throw new ConsoleHttpError(409, 'That job is not waiting for a decision.');
+    await deps.record(c.get('user'), { action: 'parked.canary.continue', consumer: j.consumer, count: 0, outcome: 'ok', detail: { job: id, rest: j.canary?.rest ?? null } });
+    return c.redirect(`${options.basePath}/jobs/${id}`, 303);
+  });
+}

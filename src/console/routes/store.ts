@@ -1,0 +1,83 @@
+/** The retry table and outbox pages and their changes, and the action record. */
+import type { Hono } from 'hono';
+import type { RetryFilter } from '../../retry-table/index.js';
+import { ConsoleHttpError, type ConsoleEnv, type RouteDeps } from '../http.js';
+import { actionsPage, outboxPage, retryPage } from '../pages/store.js';
+import { formOf, queryOf, type Fields } from './form.js';
+
+const BY = new Set(['dependency', 'tenant', 'errorClass', 'consumer']);
+
+function changeFilter(f: Fields): RetryFilter {
+  const by = f.one('by') ?? '';
+  const value = f.one('value');
+  if (!BY.has(by)) throw new ConsoleHttpError(400, `Choose rows by dependency, tenant, error class or consumer (got ${JSON.stringify(by)}).`);
+  if (value === undefined) throw new ConsoleHttpError(400, `Give the ${by === 'errorClass' ? 'error class' : by} whose rows to change.`);
+  return { [by]: value } as RetryFilter;
+}
+
+/** Registers the retry-table, outbox and action-record routes. */
+export function storeRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
+  const store = deps.options.store;
+
+  app.get('/retry', async (c) => {
+    if (!store) return c.html(retryPage(c.get('page'), null));
+    const q = queryOf(c);
+    const filter: Record<string, string> = {};
+    for (const k of BY) {
+      const v = q.one(k);
+      if (v !== undefined) filter[k] = v;
+    }
+    const t = store.retryTable;
+    const [signals, holds, dependencies, rows, count, history] = await Promise.all([t.signals(), t.holds(), t.dependencies(), t.list(filter, { limit: 200 }), t.count(filter), t.history(50)]);
+    return c.html(retryPage(c.get('page'), { signals, holds, dependencies, rows, count, history, filter }));
+  });
+
+  app.post('/retry/:action', async (c) => {
+    if (!store) throw new ConsoleHttpError(404, 'No database given: the retry table is not available.');
+    const action = c.req.param('action');
+    const f = await formOf(c);
+    const user = c.get('user');
+    const filter = changeFilter(f);
+    const opts = { actor: user.user, allowUnknown: f.one('allow_unknown') === '1' };
+    let rows: number;
+    const detail: Record<string, unknown> = {};
+    const t = store.retryTable;
+    if (action === 'pause') rows = await t.pause(filter, opts);
+    else if (action === 'resume') {
+      detail['dueNow'] = f.one('due_now') === '1';
+      rows = await t.resume(filter, { ...opts, dueNow: detail['dueNow'] as boolean });
+    } else if (action === 'schedule') {
+      const raw = f.one('at') ?? 'now';
+      let at: Date | 'now' | null;
+      if (raw === 'now') at = 'now';
+      else if (raw === 'none') at = null;
+      else {
+        at = new Date(raw);
+        if (Number.isNaN(at.getTime())) throw new ConsoleHttpError(400, `${JSON.stringify(raw)} is not now, none or a time such as 2026-03-01T12:00:00Z.`);
+      }
+      detail['at'] = at instanceof Date ? at.toISOString() : at;
+      rows = await t.schedule(filter, at, opts);
+    } else if (action === 'park') rows = await t.park(filter, opts);
+    else throw new ConsoleHttpError(404, `No retry-table action ${JSON.stringify(action)}: pause, resume, schedule or park.`);
+    deps.data.invalidate();
+    await deps.record(user, { action: `retry.${action}`, ...(filter.consumer !== undefined ? { consumer: filter.consumer } : {}), filter: { ...filter }, count: rows, outcome: 'ok', detail });
+    return c.redirect(`${deps.options.basePath}/retry`, 303);
+  });
+
+  app.get('/outbox', async (c) => c.html(outboxPage(c.get('page'), store ? await store.outbox.failed(200) : null)));
+
+  app.post('/outbox/release', async (c) => {
+    if (!store) throw new ConsoleHttpError(404, 'No database given: the outbox is not available.');
+    const f = await formOf(c);
+    const all = f.one('all') === '1';
+    const ids = f.all('id');
+    if (!all && ids.length === 0) throw new ConsoleHttpError(400, 'Select the rows to release, or release all.');
+    const released = await store.outbox.release(all ? undefined : ids);
+    deps.data.invalidate();
+    await deps.record(c.get('user'), { action: 'outbox.release', filter: all ? { all: true } : { ids }, count: released, outcome: 'ok' });
+    return c.redirect(`${deps.options.basePath}/outbox`, 303);
+  });
+
+  app.get('/actions', async (c) => c.html(actionsPage(c.get('page'), await deps.options.actionLog.list({ limit: 500 }))));
+  app.get('/api/actions', async (c) => c.json(await deps.options.actionLog.list({ limit: 500 })));
+}
