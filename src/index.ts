@@ -21,7 +21,9 @@ export { BrokerConnection, backoffDelay, redactUrl, type BrokerNode, type Connec
 export { Publisher, type PublisherOptions, type PublishReceipt, type OutgoingMessage } from './publish/publisher.js';
 export { stampMessage, type PublishOptions, type StampedMessage } from './publish/stamp.js';
 export { uuidv7 } from './publish/message-id.js';
-export { Consumer, CrashLoopError } from './consume/consumer.js';
+export { Consumer } from './consume/consumer.js';
+export { decide, CrashLoopError, type Decision, type DecisionInput, type DecisionNote, type Happening, type InvalidReason } from './consume/contract.js';
+export { copyHeaders, minimalHeaders, originHeaders, type DeliveryFields } from './consume/copy-headers.js';
 export type { ConsumerOptions, Handler, MessageContext, IdempotencyGuard, Outcome, ConsumerStats } from './consume/types.js';
 export type { StandardSchemaV1 } from './consume/schema.js';
 export type { Codec, Decoder } from './consume/decode.js';

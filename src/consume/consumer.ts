@@ -1,27 +1,28 @@
 import { createHash } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type * as amqp from 'amqplib';
-import { ClosedError, HandlerTimeoutError, InvalidOptionError, InvalidPayloadError, PublishNotConfirmedError, UnroutableError, WarrenError, type LateAnswer } from '../errors.js';
-import { HEADER, MAX_HEADER_TABLE_BYTES, MAX_NAME_BYTES, type ParkReason } from '../headers.js';
+import { ClosedError, HandlerTimeoutError, InvalidPayloadError, InvalidOptionError, PublishNotConfirmedError, UnroutableError, WarrenError, type LateAnswer } from '../errors.js';
+import { HEADER, MAX_HEADER_TABLE_BYTES } from '../headers.js';
 import { toLogger, type Logger } from '../logger.js';
 import type { BrokerConnection } from '../connection/index.js';
 import { backoffDelay } from '../connection/index.js';
 import { declareTopology } from '../topology/apply.js';
 import type { ConsumerTopology, Topology } from '../topology/declaration.js';
 import type { Publisher } from '../publish/publisher.js';
-import { describeFailure, failureHeaders, truncate, type FailureInfo } from '../park/failure.js';
-import { copyProperties as copyMessageProperties, fitHeaders, headerTableBytes, withoutBrokerHeaders } from '../park/message.js';
+import { describeFailure } from '../park/failure.js';
+import { copyProperties as copyMessageProperties, headerTableBytes, withoutBrokerHeaders } from '../park/message.js';
 import { readAttempts } from '../retry/attempts.js';
-import { decideRetry } from '../retry/ladder.js';
 import { uuidv7 } from '../publish/message-id.js';
-import { checkPolicy, decideWait, DEFAULT_WAIT_ATTEMPTS, isWaitForCondition, recordedFailure, type RetryTablePolicy, type WaitDecision } from '../retry-table/wait.js';
+import { checkPolicy, type RetryTablePolicy } from '../retry-table/wait.js';
 import { retryRow } from '../retry-table/row.js';
-import { classifyFailure } from './classify.js';
 import { bodyDecoder, codecFailure, DecodeFailure, type BodyDecoder } from './decode.js';
 import { messageIdReader, type MessageIdReader } from './message-id.js';
-import { formatIssues } from './schema.js';
+import { decide, type Decision, type Happening, type InvalidReason } from './contract.js';
+import { DuplicateDelivery, happening, HandlerRun, runHandler, StoreOutage } from './handler-run.js';
+import { copyHeaders, minimalHeaders, originHeaders } from './copy-headers.js';
+import { PayloadRefused, validatePayload } from './payload.js';
 import { traceDelivery, type DeliveryTrace } from '../trace/index.js';
-import type { ConsumerOptions, ConsumerStats, Handler, MessageContext, Outcome } from './types.js';
+import type { ConsumerOptions, ConsumerStats, Handler, Outcome } from './types.js';
 
 const DEFAULTS = { prefetch: 20, concurrency: 10, timeoutMs: 60_000, shutdownTimeoutMs: 10_000, storeOutageHoldMs: 300_000 } as const;
 
@@ -38,26 +39,10 @@ interface Delivery {
   settled?: boolean;
 }
 
-/** What a move records if it must fall back to parking with minimal metadata. */
-interface Fate {
-  /** The reason to park with; a retry or crash-loop move that cannot be encoded parks as `unencodable-headers`. */
-  readonly reason: ParkReason;
-  readonly attempts: number;
-  readonly failure: FailureInfo;
-}
-
-/**
- * The thrown value, or a stand-in when it cannot even be inspected (a Proxy whose traps
- * throw): the failure path asks what it is, and must get an answer.
- */
-function inspectable(thrown: unknown): unknown {
-  try {
-    void (thrown instanceof Error);
-    if (typeof thrown === 'object' && thrown !== null) void (thrown as { code?: unknown }).code;
-    return thrown;
-  } catch {
-    return new Error('The handler threw a value that cannot be inspected (reading it throws, e.g. a Proxy whose traps throw)');
-  }
+/** The delivery's message id: the producer's property, else what `messageIdFrom` found. */
+function idOf(d: Delivery): string | undefined {
+  const own = d.msg.properties.messageId as string | undefined;
+  return own !== undefined && own !== '' ? own : d.foundId;
 }
 
 /** Text for a log line about any thrown value; never throws. */
@@ -87,17 +72,6 @@ function isEncodingError(error: unknown): boolean {
   return false;
 }
 
-/** A header's value as a whole number at least `min`, or undefined: forged headers can hold anything. */
-function wholeNumber(value: unknown, min: number): number | undefined {
-  const n = typeof value === 'number' ? value : typeof value === 'bigint' ? Number(value) : typeof value === 'string' && /^\s*-?\d{1,16}\s*$/.test(value) ? Number(value) : NaN;
-  return Number.isSafeInteger(n) && n >= min ? n : undefined;
-}
-
-/** A routing key or exchange name from a header, when it could be one (at most 255 bytes). */
-function shortName(value: unknown): string | undefined {
-  return typeof value === 'string' && value.length <= MAX_NAME_BYTES && Buffer.byteLength(value, 'utf8') <= MAX_NAME_BYTES ? value : undefined;
-}
-
 /** How long a move is tried again while the broker refuses the copy, before the delivery is nacked with requeue. */
 const MOVE_GIVE_UP_MS = 5 * 60_000;
 
@@ -116,64 +90,6 @@ function int(value: number | undefined, fallback: number, option: string, min: n
   const v = value ?? fallback;
   if (!Number.isInteger(v) || v < min || v > max) throw new InvalidOptionError(option, `${v} is not a whole number from ${min} to ${max}`);
   return v;
-}
-
-/** Why a delivery was parked before its handler ran, with the error to attach. */
-class ParkNow extends Error {
-  constructor(readonly reason: ParkReason, readonly error: unknown) {
-    super(reason);
-  }
-}
-
-/**
- * One handler run: the context the handler sees, its abort signal and its timer, in
- * one object (this is made once per message; closures per message cost throughput).
- * The AbortController is made when `signal` is first read: most handlers never read
- * it; an abort before the first read is kept.
- */
-class HandlerRun<Tx> implements MessageContext<Tx> {
-  private controller: AbortController | undefined;
-  private abortReason: unknown;
-  private aborted = false;
-  timer: NodeJS.Timeout | undefined;
-  timedOut: ((error: Error) => void) | undefined;
-
-  constructor(
-    readonly messageId: string | undefined,
-    readonly routingKey: string,
-    readonly headers: Readonly<Record<string, unknown>>,
-    readonly attempt: number,
-    readonly raw: amqp.ConsumeMessage,
-    public tx: Tx,
-  ) {}
-
-  get signal(): AbortSignal {
-    if (this.controller === undefined) {
-      this.controller = new AbortController();
-      if (this.aborted) this.controller.abort(this.abortReason);
-    }
-    return this.controller.signal;
-  }
-
-  abort(reason: unknown): void {
-    if (this.aborted) return;
-    this.aborted = true;
-    this.abortReason = reason;
-    this.controller?.abort(reason);
-  }
-}
-
-function expireRun(run: HandlerRun<unknown>, consumer: string, timeoutMs: number): void {
-  const error = new HandlerTimeoutError(consumer, timeoutMs);
-  run.abort(error);
-  run.timedOut?.(error);
-}
-
-/** A message that made the process die this many times is parked, not run again. */
-export class CrashLoopError extends WarrenError {
-  constructor(consumer: string, deliveries: number) {
-    super('PERMANENT', `Consumer '${consumer}' was delivered this message ${deliveries} times without reaching an outcome (the process died or the channel closed while handling it); parked to stop the crash loop.`);
-  }
 }
 
 /**
@@ -432,7 +348,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       d.ch.nack(d.msg, false, true);
       d.settled = true;
       if (asBlip) this.remember(d.msg);
-      this.count({ kind: 'requeued', messageId: d.msg.properties.messageId as string | undefined }, d);
+      this.count({ kind: 'requeued', messageId: idOf(d) }, d);
     } catch {
       // The channel is gone; the broker requeues the message itself.
     }
@@ -479,58 +395,59 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     const trace = (d.trace = traceDelivery(this.declaration, msg, attempts.failed + 1));
 
     let payload: T | undefined;
+    let decision: Decision | undefined;
     try {
-      if (msg.fields.redelivered && (await this.guardCrashLoop(d, headers))) return;
-      const body = this.decodeBody(msg);
-      const value: unknown = body instanceof Promise ? await body : body;
-      messageId = this.messageIdOf(d, value, messageId);
-      const checked = this.validatePayload(value);
-      payload = checked instanceof Promise ? await checked : checked;
-      await trace.run(() => this.runHandler(d, payload as T, messageId, headers, attempts.failed));
+      if (msg.fields.redelivered) {
+        const guard = this.decide(d, headers, attempts.failed, { kind: 'redelivered', seenInFlight: this.wasSeenInFlight(msg) });
+        if (guard.kind === 'move-back') return await this.apply(d, headers, guard);
+        if (guard.kind !== 'run') decision = guard;
+      }
+      if (decision === undefined) {
+        const body = this.decodeBody(msg);
+        const value: unknown = body instanceof Promise ? await body : body;
+        messageId = this.messageIdOf(d, value, messageId);
+        const schema = this.options.schema;
+        payload = schema ? await validatePayload(schema, value, this.timeoutMs, this.name) : (value as T);
+        await trace.run(() => this.runHandler(d, payload as T, messageId, headers, attempts.failed));
+        decision = this.decide(d, headers, attempts.failed, { kind: 'resolved' });
+      }
     } catch (caught) {
-      await this.fail(d, headers, inspectable(caught), payload, messageId, attempts.failed);
-      return;
+      decision = this.decide(d, headers, attempts.failed, happening(caught), payload);
     }
-    if (this.ack(d)) this.count({ kind: 'acked', messageId }, d);
+    await this.apply(d, headers, decision);
   }
 
-  /** Takes a failed delivery where it belongs: parked, the retry table, or the next retry tier. */
-  private async fail(d: Delivery, headers: Record<string, unknown>, error: unknown, payload: T | undefined, messageId: string | undefined, failed: number): Promise<void> {
-    if (error instanceof ParkNow) {
-      await this.park(d, headers, error.reason, error.error, failed + 1);
-      return;
-    }
-    if (error instanceof DuplicateDelivery) {
-      if (this.ack(d)) this.count({ kind: 'duplicate', messageId }, d);
-      return;
-    }
-    if (error instanceof StoreOutage) {
-      await this.retry(d, headers, error.cause, failed, { countAttempt: false, tier: 0 });
-      return;
-    }
-    // A permanent failure parks even when a broad rule would match it; only an explicit
-    // WaitForConditionError overrides the classifier.
-    const asksToWait = isWaitForCondition(error);
-    const permanent = !asksToWait && this.classify(error, messageId) === 'permanent';
-    const waiting = !permanent && (asksToWait || this.options.retryTable?.rules?.length) ? this.waitDecision(d, error, payload as T, messageId, headers, failed) : undefined;
-    if (waiting !== undefined) {
-      await this.wait(d, headers, error, waiting, failed);
-      return;
-    }
-    if (permanent) {
-      await this.park(d, headers, 'permanent-error', error, failed + 1);
-      return;
-    }
-    await this.retry(d, headers, error, failed, { countAttempt: true });
+  /** The contract's decision for this delivery (see {@link decide}), its notes logged. */
+  private decide(d: Delivery, headers: Record<string, unknown>, failed: number, happened: Happening, payload?: T): Decision {
+    const messageId = idOf(d);
+    const context = { messageId, routingKey: d.msg.fields.routingKey, headers, attempt: failed + 1, raw: d.msg, tx: undefined, signal: AbortSignal.abort() };
+    const decision = decide({ happened, attempts: failed, headers, consumer: this.declaration, classify: this.options.classify, retryTable: this.options.retryTable, payload, context, now: new Date() });
+    for (const note of decision.notes ?? []) this.logger.error(note.message, { consumer: this.name, messageId, ...(note.error === undefined ? {} : { error: errorText(note.error) }) });
+    return decision;
   }
 
-  /** The user's classifier, then warren's rules; a classifier that throws leaves the decision to warren's rules. */
-  private classify(error: unknown, messageId: string | undefined): 'permanent' | 'transient' {
-    try {
-      return classifyFailure(error, this.options.classify);
-    } catch (e) {
-      this.logger.error("the `classify` option threw; warren's own rules decide (fix the classifier: it must return for any value)", { consumer: this.name, messageId, error: errorText(e) });
-      return classifyFailure(error);
+  /** Carries out a decision: the ack, the move, the retry-table row or the put-back. */
+  private async apply(d: Delivery, headers: Record<string, unknown>, decision: Decision): Promise<void> {
+    const messageId = idOf(d);
+    switch (decision.kind) {
+      case 'ack':
+        if (this.ack(d)) this.count({ kind: decision.duplicate ? 'duplicate' : 'acked', messageId }, d);
+        return;
+      case 'retry':
+        return this.retry(d, headers, decision);
+      case 'park':
+        return this.park(d, headers, decision);
+      case 'wait':
+        return this.wait(d, headers, decision);
+      case 'move-back':
+        if (await this.move(d, this.declaration.queue, copyHeaders(decision, headers, d.msg.fields, this.name, new Date()), decision)) {
+          this.count({ kind: 'redelivery-moved', messageId, redeliveries: decision.redeliveries }, d);
+        }
+        return;
+      case 'requeue':
+        return decision.blip ? this.putBack(d) : this.requeue(d, false);
+      case 'run':
+        return;
     }
   }
 
@@ -541,7 +458,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
    * after its consumer timeout. Never throws.
    */
   private async lastResort(d: Delivery, thrown: unknown): Promise<void> {
-    const messageId = d.msg.properties.messageId as string | undefined;
+    const messageId = idOf(d);
     try {
       if (d.settled) {
         this.logger.error('a failure after the delivery was settled', { consumer: this.name, messageId, error: errorText(thrown) });
@@ -553,39 +470,12 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       }
       this.logger.error('the failure path threw; parking the message with minimal metadata', { consumer: this.name, messageId, error: errorText(thrown) });
       const headers = (d.msg.properties.headers ?? {}) as Record<string, unknown>;
-      const attempts = readAttempts(headers, this.retryQueueSet).failed + 1;
-      const fate: Fate = { reason: 'failure-path-error', attempts, failure: describeFailure(thrown) };
-      if (await this.move(d, this.declaration.parkedQueue, this.minimalHeaders(d, fate, this.declaration.parkedQueue), fate)) {
-        this.count({ kind: 'parked', messageId, reason: fate.reason, attempts, error: thrown }, d);
-      }
+      await this.apply(d, headers, this.decide(d, headers, readAttempts(headers, this.retryQueueSet).failed, { kind: 'failure-path-threw', error: thrown }));
     } catch (error) {
       if (d.settled || this.channel !== d.ch) return;
       this.logger.error('could not park a message whose failure path threw; nacked with requeue, so it will be delivered again', { consumer: this.name, messageId, error: errorText(error) });
       this.requeue(d, false);
     }
-  }
-
-  /**
-   * A redelivered message had no outcome last time: the process died on it, or the
-   * channel closed. A channel this process saw close is a blip, not a death, and is not
-   * counted. Quorum queues count deliveries themselves; on classic queues the message is
-   * moved to the back of the queue with warren's own count. Returns true when the
-   * delivery was settled here.
-   */
-  private async guardCrashLoop(d: Delivery, headers: Record<string, unknown>): Promise<boolean> {
-    if (this.wasSeenInFlight(d.msg)) return false;
-    const limit = this.declaration.crashLimit;
-    if (this.declaration.queueType === 'quorum') {
-      const count = wholeNumber(headers['x-delivery-count'], 0) ?? 1;
-      if (count >= limit) throw new ParkNow('crash-loop', new CrashLoopError(this.name, count + 1));
-      return false;
-    }
-    const redeliveries = (wholeNumber(headers[HEADER.redeliveries], 0) ?? 0) + 1;
-    if (redeliveries >= limit) throw new ParkNow('crash-loop', new CrashLoopError(this.name, redeliveries + 1));
-    const fate: Fate = { reason: 'unencodable-headers', attempts: readAttempts(headers, this.retryQueueSet).failed, failure: describeFailure(new CrashLoopError(this.name, redeliveries + 1)) };
-    const moved = await this.move(d, this.declaration.queue, { ...headers, ...this.origin(d, headers), [HEADER.redeliveries]: redeliveries }, fate);
-    if (moved) this.count({ kind: 'redelivery-moved', messageId: d.msg.properties.messageId as string | undefined, redeliveries }, d);
-    return true;
   }
 
   /**
@@ -597,14 +487,14 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     try {
       value = this.decoder.decode(msg);
     } catch (error) {
-      if (error instanceof DecodeFailure) throw new ParkNow(error.reason, error.error);
+      if (error instanceof DecodeFailure) throw new PayloadRefused(error.reason as InvalidReason, error.error);
       throw error;
     }
     if (!(value instanceof Promise)) return value;
     return this.withinTimeout(value, 'decoder').catch((error: unknown) => {
       if (error instanceof HandlerTimeoutError) throw error; // transient: the ladder takes it
       const failure = codecFailure(this.decoder.name, msg, error);
-      throw new ParkNow(failure.reason, failure.error);
+      throw new PayloadRefused(failure.reason as InvalidReason, failure.error);
     });
   }
 
@@ -621,40 +511,11 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     const why = found
       ? `The message has no message id: the producer set no message-id property, and ${found.why} (messageIdFrom: ${this.idReader?.source ?? ''}).`
       : 'The message has no message id.';
-    throw new ParkNow('missing-message-id', new InvalidPayloadError(`${why} The idempotency guard cannot tell a duplicate from new work without one. Publish with a message id (warren stamps one)${found ? ', or fix messageIdFrom,' : ''} and replay it.`));
+    throw new PayloadRefused('missing-message-id', new InvalidPayloadError(`${why} The idempotency guard cannot tell a duplicate from new work without one. Publish with a message id (warren stamps one)${found ? ', or fix messageIdFrom,' : ''} and replay it.`));
   }
 
-  /** The payload the schema returns (or the value, without a schema); synchronous without a schema. */
-  private validatePayload(value: unknown): T | Promise<T> {
-    const schema = this.options.schema;
-    if (!schema) return value as T;
-    return this.validate(schema, value);
-  }
-
-  private async validate(schema: NonNullable<ConsumerOptions<T, Tx>['schema']>, value: unknown): Promise<T> {
-    let result: Awaited<ReturnType<typeof schema['~standard']['validate']>>;
-    try {
-      const pending = schema['~standard'].validate(value);
-      result = pending instanceof Promise ? await this.withinTimeout(pending) : pending;
-    } catch (error) {
-      if (error instanceof HandlerTimeoutError) throw error; // transient: the ladder takes it
-      throw new ParkNow('invalid-payload', new InvalidPayloadError(`The schema threw instead of returning issues (${errorText(error)}); the payload is treated as invalid. Fix the schema so it returns issues for any value, then replay.`, [], { cause: error }));
-    }
-    if (typeof result !== 'object' || result === null) {
-      throw new ParkNow('invalid-payload', new InvalidPayloadError('The schema returned neither a value nor issues; the payload is treated as invalid. Fix the schema, then replay.'));
-    }
-    if (result.issues) {
-      const issues = formatIssues(result.issues);
-      throw new ParkNow('invalid-payload', new InvalidPayloadError(`The payload does not match the schema: ${issues.slice(0, 10).join('; ')}`, issues));
-    }
-    return result.value;
-  }
-
-  /**
-   * An asynchronous validate gets the handler's time: one that never settles would hold
-   * the delivery until the broker's consumer timeout.
-   */
-  private withinTimeout<R>(pending: Promise<R>, part: 'schema' | 'decoder' = 'schema'): Promise<R> {
+  /** A codec's promise gets the handler's time: one that never settles would hold the delivery until the broker's consumer timeout. */
+  private withinTimeout<R>(pending: Promise<R>, part: 'schema' | 'decoder'): Promise<R> {
     return new Promise<R>((resolve, reject) => {
       const timer = setTimeout(() => reject(new HandlerTimeoutError(this.name, this.timeoutMs, part)), this.timeoutMs);
       pending.then(
@@ -670,47 +531,10 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     this.controllers.add(run as HandlerRun<unknown>);
     try {
       const guard = this.options.idempotency;
-      let work: Promise<void>;
-      if (guard) {
-        work = this.runGuarded(
-          guard,
-          messageId as string,
-          async (tx) => {
-            run.tx = tx;
-            this.arm(run);
-            await this.handler(payload, run);
-          },
-          run.signal,
-        );
-      } else {
-        this.arm(run);
-        work = this.callHandler(payload, run);
-      }
-      // One promise for "the work settled or the time ran out" (not a race of two):
-      // this runs once per message. After a timeout the work may still settle; its
-      // late rejection lands in `reject` of a settled promise and is not news.
-      await new Promise<void>((resolve, reject) => {
-        run.timedOut = reject;
-        work.then(resolve, reject);
-      });
+      await runHandler(this.handler, payload, run, this.timeoutMs, this.name, guard && ((work, signal) => this.runGuarded(guard, messageId as string, work, signal)));
     } finally {
-      clearTimeout(run.timer);
       this.controllers.delete(run as HandlerRun<unknown>);
     }
-  }
-
-  /**
-   * Starts a run's clock. It starts when the handler starts: time spent waiting for the
-   * database (an outage, or another transaction holding SQLite) is the guard's to bound,
-   * and must not be counted as a failed attempt.
-   */
-  private arm(run: HandlerRun<Tx>): void {
-    if (run.timer === undefined) run.timer = setTimeout(expireRun, this.timeoutMs, run, this.name, this.timeoutMs);
-  }
-
-  /** Runs the handler; a synchronous throw becomes a rejection. */
-  private async callHandler(payload: T, context: MessageContext<Tx>): Promise<void> {
-    await this.handler(payload, context);
   }
 
   /**
@@ -736,41 +560,16 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     }
   }
 
-  /** Where a failure makes the message wait, or undefined when the retry ladder takes it. */
-  private waitDecision(d: Delivery, error: unknown, payload: T, messageId: string | undefined, headers: Record<string, unknown>, failed: number): WaitDecision | undefined {
-    const policy = this.options.retryTable;
-    const context = { messageId, routingKey: d.msg.fields.routingKey, headers, attempt: failed + 1, raw: d.msg, tx: undefined, signal: AbortSignal.abort() };
-    let decision: WaitDecision | undefined;
-    try {
-      decision = decideWait(error, policy, payload, context, new Date());
-    } catch (e) {
-      this.logger.error('the retry-table policy threw (a tenant function?); the retry ladder takes the message', { consumer: this.name, messageId, error: errorText(e) });
-      return undefined;
-    }
-    if (decision !== undefined && policy === undefined) {
-      this.logger.error('the handler asked to wait for a condition, but this consumer has no `retryTable` option; the retry ladder takes the message', { consumer: this.name, messageId, dependency: decision.dependency });
-      return undefined;
-    }
-    return decision;
-  }
-
   /**
-   * Stores the message as a retry-table row and acks it once the row is committed. At
-   * the policy's cap it is parked instead. While the database is unreachable the message
-   * is held unacked and the insert tried again; past `storeOutageHoldMs` it goes to the
-   * first retry tier without counting an attempt, and comes back to try again.
+   * Stores the message as a retry-table row and acks it once the row is committed.
+   * While the database is unreachable the message is held unacked and the insert tried
+   * again; a row that cannot be stored is decided again (`not-stored`).
    */
-  private async wait(d: Delivery, headers: Record<string, unknown>, error: unknown, decision: WaitDecision, failed: number): Promise<void> {
+  private async wait(d: Delivery, headers: Record<string, unknown>, decision: Extract<Decision, { kind: 'wait' }>): Promise<void> {
     const policy = this.options.retryTable as RetryTablePolicy<T>;
-    const messageId = d.msg.properties.messageId as string | undefined;
-    const recorded = recordedFailure(error);
-    const recordedInfo = describeFailure(recorded);
-    const waits = (wholeNumber(headers[HEADER.waits], 0) ?? 0) + 1;
-    if (waits > (policy.maxAttempts ?? DEFAULT_WAIT_ATTEMPTS)) {
-      await this.park(d, headers, 'max-attempts', recorded, failed + 1);
-      return;
-    }
-    const origin = this.origin(d, headers);
+    const messageId = idOf(d);
+    const recordedInfo = describeFailure(decision.error);
+    const origin = originHeaders(headers, d.msg.fields);
     const row = retryRow({
       messageId: messageId !== undefined && messageId !== '' ? messageId : (d.foundId ?? uuidv7()),
       content: d.msg.content,
@@ -781,7 +580,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       consumer: this.name,
       queue: this.declaration.queue,
       parkedQueue: this.declaration.parkedQueue,
-      waits,
+      waits: decision.waits,
       failure: recordedInfo,
       decision,
       now: new Date(),
@@ -800,102 +599,37 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
           await new Promise((r) => setTimeout(r, Math.min(backoffDelay(attempt, 100, 5000), Math.max(1, holdUntil - Date.now()))));
           continue;
         }
-        if (outage) {
-          this.logger.error('database still unavailable; the message goes round the first retry tier (no attempt counted) and will ask again', { consumer: this.name, messageId, error: e.message });
-          await this.retry(d, headers, error, failed, { countAttempt: false, tier: 0 });
-          return;
-        }
-        // Not an outage: the same insert would fail again. The ladder takes the message,
-        // counting the attempt, so it is parked at the cap rather than going round forever.
-        this.logger.error('could not store the message in the retry table; the retry ladder takes it', { consumer: this.name, messageId, error: errorText(e) });
-        await this.retry(d, headers, error, failed, { countAttempt: true });
+        if (outage) this.logger.error('database still unavailable; the message goes round the first retry tier (no attempt counted) and will ask again', { consumer: this.name, messageId, error: e.message });
+        else this.logger.error('could not store the message in the retry table; the retry ladder takes it', { consumer: this.name, messageId, error: errorText(e) });
+        await this.apply(d, headers, this.decide(d, headers, decision.attempts, { kind: 'not-stored', error: decision.cause, outage }));
         return;
       }
     }
     if (!this.ack(d)) return; // redelivered; the row is updated, not doubled, next time
-    this.logger.info(`message waits in the retry table for '${decision.dependency}' (${recordedInfo.errorClass}: ${firstLine(recordedInfo.message)})`, { consumer: this.name, messageId, waits, dependency: decision.dependency, tenant: decision.tenant, row: stored.id, paused: stored.paused, errorClass: recordedInfo.errorClass, error: recordedInfo.message });
-    this.count({ kind: 'waiting', messageId, dependency: decision.dependency, tenant: decision.tenant, row: stored.id, paused: stored.paused, nextAttemptAt: decision.nextAttemptAt, error: recorded }, d);
+    this.logger.info(`message waits in the retry table for '${decision.dependency}' (${recordedInfo.errorClass}: ${firstLine(recordedInfo.message)})`, { consumer: this.name, messageId, waits: decision.waits, dependency: decision.dependency, tenant: decision.tenant, row: stored.id, paused: stored.paused, errorClass: recordedInfo.errorClass, error: recordedInfo.message });
+    this.count({ kind: 'waiting', messageId, dependency: decision.dependency, tenant: decision.tenant, row: stored.id, paused: stored.paused, nextAttemptAt: decision.nextAttemptAt, error: decision.error }, d);
   }
 
-  private async retry(d: Delivery, headers: Record<string, unknown>, error: unknown, failed: number, how: { countAttempt: boolean; tier?: number }): Promise<void> {
-    const messageId = d.msg.properties.messageId as string | undefined;
-    const decision = how.countAttempt ? decideRetry(failed, this.declaration.delaysMs, this.declaration.maxAttempts) : ({ action: 'retry', tier: how.tier ?? 0, attempts: failed } as const);
-    if (decision.action === 'park') {
-      await this.park(d, headers, 'max-attempts', error, decision.attempts);
-      return;
-    }
-    const queue = this.declaration.retryQueues[decision.tier] as string;
-    const failure = describeFailure(error);
-    const next = {
-      ...headers,
-      ...this.origin(d, headers),
-      ...failureHeaders(failure, headers, new Date()),
-      [HEADER.attempts]: decision.attempts,
-      [HEADER.consumer]: this.name,
-    };
-    if (await this.move(d, queue, next, { reason: 'unencodable-headers', attempts: decision.attempts, failure })) {
-      this.logger.info(`handler failed (${failure.errorClass}: ${firstLine(failure.message)}); retrying in ${this.declaration.delaysMs[decision.tier] ?? 0} ms`, {
-        consumer: this.name, messageId, attempts: decision.attempts, maxAttempts: this.declaration.maxAttempts, tier: decision.tier, delayMs: this.declaration.delaysMs[decision.tier], queue,
+  private async retry(d: Delivery, headers: Record<string, unknown>, decision: Extract<Decision, { kind: 'retry' }>): Promise<void> {
+    const messageId = idOf(d);
+    const failure = describeFailure(decision.error);
+    if (await this.move(d, decision.queue, copyHeaders(decision, headers, d.msg.fields, this.name, new Date()), decision)) {
+      this.logger.info(`handler failed (${failure.errorClass}: ${firstLine(failure.message)}); retrying in ${decision.delayMs} ms`, {
+        consumer: this.name, messageId, attempts: decision.attempts, maxAttempts: this.declaration.maxAttempts, tier: decision.tier, delayMs: decision.delayMs, queue: decision.queue,
         errorClass: failure.errorClass, error: failure.message,
       });
-      this.count({ kind: 'retried', messageId, attempts: decision.attempts, queue, error }, d);
+      this.count({ kind: 'retried', messageId, attempts: decision.attempts, queue: decision.queue, error: decision.error }, d);
     }
   }
 
-  private async park(d: Delivery, headers: Record<string, unknown>, reason: ParkReason, error: unknown, attempts: number): Promise<void> {
-    const messageId = d.msg.properties.messageId as string | undefined;
-    const now = new Date();
-    const failure = describeFailure(error);
-    const next = {
-      ...headers,
-      ...this.origin(d, headers),
-      ...failureHeaders(failure, headers, now),
-      [HEADER.attempts]: attempts,
-      [HEADER.consumer]: this.name,
-      [HEADER.parkedReason]: reason,
-      [HEADER.parkedAt]: now.toISOString(),
-    };
-    if (await this.move(d, this.declaration.parkedQueue, next, { reason, attempts, failure })) {
-      this.logger.warn(`message parked (${reason}; ${failure.errorClass}: ${firstLine(failure.message)})`, { consumer: this.name, messageId, reason, attempts, queue: this.declaration.parkedQueue, errorClass: failure.errorClass, error: failure.message });
-      this.count({ kind: 'parked', messageId, reason, attempts, error }, d);
+  private async park(d: Delivery, headers: Record<string, unknown>, decision: Extract<Decision, { kind: 'park' }>): Promise<void> {
+    const messageId = idOf(d);
+    const { reason, attempts } = decision;
+    if (await this.move(d, this.declaration.parkedQueue, copyHeaders(decision, headers, d.msg.fields, this.name, new Date()), decision)) {
+      const failure = describeFailure(decision.error);
+      if (!decision.minimal) this.logger.warn(`message parked (${reason}; ${failure.errorClass}: ${firstLine(failure.message)})`, { consumer: this.name, messageId, reason, attempts, queue: this.declaration.parkedQueue, errorClass: failure.errorClass, error: failure.message });
+      this.count({ kind: 'parked', messageId, reason, attempts, error: decision.error }, d);
     }
-  }
-
-  /**
-   * The original exchange and routing key, kept from the first failure on. A header that
-   * could not be a name (not text, or over 255 bytes) is forged: the delivery's own is used.
-   */
-  private origin(d: Delivery, headers: Record<string, unknown>): Record<string, string> {
-    return {
-      [HEADER.exchange]: shortName(headers[HEADER.exchange]) ?? d.msg.fields.exchange,
-      [HEADER.routingKey]: shortName(headers[HEADER.routingKey]) ?? d.msg.fields.routingKey,
-    };
-  }
-
-  /**
-   * The headers of a copy parked with minimal metadata, when the full ones cannot be
-   * encoded: warren's essentials, bounded small, and the producer's headers (warren's
-   * old ones dropped). Producer headers that alone exceed the limit are dropped, largest
-   * first, and named in `warren-dropped-headers`.
-   */
-  private minimalHeaders(d: Delivery, fate: Fate, queue: string): Record<string, unknown> {
-    const headers = (d.msg.properties.headers ?? {}) as Record<string, unknown>;
-    const now = new Date().toISOString();
-    const own: Record<string, unknown> = {
-      ...this.origin(d, headers),
-      [HEADER.consumer]: this.name,
-      [HEADER.attempts]: fate.attempts,
-      [HEADER.parkedReason]: queue === this.declaration.parkedQueue ? fate.reason : 'unencodable-headers',
-      [HEADER.parkedAt]: now,
-      [HEADER.errorClass]: truncate(fate.failure.errorClass, 100),
-      [HEADER.errorMessage]: truncate(fate.failure.message, 300),
-      [HEADER.lastFailedAt]: now,
-    };
-    const producer: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(headers)) if (!k.startsWith('warren-')) producer[k] = v;
-    const fitted = fitHeaders(own, producer, MAX_HEADER_TABLE_BYTES - 1_200);
-    if (fitted.dropped.length > 0) fitted.headers[HEADER.droppedHeaders] = truncate(fitted.dropped.join(', '), 1_000);
-    return fitted.headers;
   }
 
   /**
@@ -907,14 +641,16 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
    * parked with minimal metadata (see {@link minimalHeaders}), counted here. Returns true
    * when moved as asked and acked.
    */
-  private async move(d: Delivery, queue: string, headers: Record<string, unknown>, fate: Fate): Promise<boolean> {
+  private async move(d: Delivery, queue: string, headers: Record<string, unknown>, intended: Decision): Promise<boolean> {
     let target = queue;
     let table = withoutBrokerHeaders(d.trace?.headers(headers) ?? headers);
     let minimal = false;
+    let fate = intended;
     const fallBack = (why: string): void => {
-      this.logger.error('the copy\'s headers cannot be encoded; parking it with minimal metadata instead', { consumer: this.name, messageId: d.msg.properties.messageId as string | undefined, queue, why });
+      this.logger.error('the copy\'s headers cannot be encoded; parking it with minimal metadata instead', { consumer: this.name, messageId: idOf(d), queue, why });
+      fate = this.decide(d, headers, 0, { kind: 'unencodable', intended });
       target = this.declaration.parkedQueue;
-      table = this.minimalHeaders(d, fate, queue);
+      table = minimalHeaders(fate as Extract<Decision, { kind: 'park' }>, (d.msg.properties.headers ?? {}) as Record<string, unknown>, d.msg.fields, this.name, new Date());
       minimal = true;
     };
     if (headerTableBytes(table) > MAX_HEADER_TABLE_BYTES) fallBack(`${headerTableBytes(table)} bytes of headers, more than ${MAX_HEADER_TABLE_BYTES}`);
@@ -924,15 +660,15 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       if (Date.now() > giveUpAt) {
         // Bounded: well before the broker's consumer timeout (30 min) closes the channel
         // and takes every other delivery on it back too.
-        this.logger.error(`could not move a message for ${MOVE_GIVE_UP_MS / 60_000} minutes; nacked with requeue, so it will be delivered again`, { consumer: this.name, queue: target, messageId: d.msg.properties.messageId as string | undefined });
-        this.requeue(d, false);
+        this.logger.error(`could not move a message for ${MOVE_GIVE_UP_MS / 60_000} minutes; nacked with requeue, so it will be delivered again`, { consumer: this.name, queue: target, messageId: idOf(d) });
+        await this.apply(d, headers, this.decide(d, headers, 0, { kind: 'move-failed' }));
         return false;
       }
       const landed = (): boolean => {
         const acked = this.ack(d);
         if (!minimal) return acked;
         // Parked instead of moved as asked: counted here, and the caller's outcome is not.
-        if (acked) this.count({ kind: 'parked', messageId: d.msg.properties.messageId as string | undefined, reason: String(table[HEADER.parkedReason]), attempts: fate.attempts, error: fate.failure }, d);
+        if (acked) this.count({ kind: 'parked', messageId: idOf(d), reason: String(table[HEADER.parkedReason]), attempts: 'attempts' in fate ? fate.attempts : 0, error: describeFailure('error' in fate ? fate.error : undefined) }, d);
         return false;
       };
       try {
@@ -944,7 +680,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
           // The copy was written and its channel is open: it may still land. Writing
           // another now would add a copy per timeout for as long as the broker is slow,
           // so wait for the broker's answer (bounded by the move's give-up time).
-          this.logger.warn('no confirm yet for a moved copy; waiting for the broker\'s answer before writing another', { consumer: this.name, queue: target, attempt, messageId: d.msg.properties.messageId as string | undefined });
+          this.logger.warn('no confirm yet for a moved copy; waiting for the broker\'s answer before writing another', { consumer: this.name, queue: target, attempt, messageId: idOf(d) });
           const answer = await lateAnswer(error.late, giveUpAt - Date.now());
           if (answer === 'confirmed') {
             if (this.channel !== d.ch) return false; // its channel is gone: the broker redelivers it (a duplicate at most)
@@ -978,7 +714,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
    * its counts as they were. If the copy cannot be made, the nack is the fallback.
    */
   private async putBack(d: Delivery): Promise<void> {
-    const messageId = d.msg.properties.messageId as string | undefined;
+    const messageId = idOf(d);
     try {
       if (this.channel !== d.ch) return; // its channel is gone: the broker has it back already
       await this.publisher.send({ exchange: '', routingKey: this.declaration.queue, content: d.msg.content, properties: copyProperties(d.msg, d.msg.properties.headers ?? {}) });
@@ -1001,7 +737,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     if (this.attaching) await this.attaching.catch(() => undefined);
     const ch = this.channel;
     if (ch && this.consumerTag) await ch.cancel(this.consumerTag).catch(() => undefined);
-    await Promise.all(this.waiting.splice(0).map((d) => this.putBack(d)));
+    await Promise.all(this.waiting.splice(0).map((d) => this.apply(d, {}, this.decide(d, {}, 0, { kind: 'never-started' }))));
     if (this.active.size > 0) {
       let timer: NodeJS.Timeout | undefined;
       const deadline = new Promise<'timeout'>((r) => (timer = setTimeout(() => r('timeout'), this.shutdownTimeoutMs)));
@@ -1021,14 +757,6 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
 /** The properties of a delivery for its copy in another queue (no expiration: a copy waits as long as its queue says). */
 function copyProperties(msg: amqp.ConsumeMessage, headers: Record<string, unknown>): amqp.Options.Publish {
   return copyMessageProperties(msg.properties, headers) as amqp.Options.Publish;
-}
-
-class DuplicateDelivery extends Error {}
-
-class StoreOutage extends Error {
-  constructor(override readonly cause: unknown) {
-    super('store outage');
-  }
 }
 
 /** The first line of an error message, cut to 200 characters, for a log line's text (the whole message is a field). */

@@ -1,0 +1,278 @@
+/**
+ * `warren/testing`: run a handler against one message and get the outcome the real
+ * consumer would reach (acked, retried to tier N after D ms, parked with reason R and
+ * the headers it would write, a retry-table row) with no broker, in milliseconds.
+ *
+ * It runs the consumer's own code: the same body parsing and schema, the same handler
+ * clock (`timeoutMs`), the same idempotency guard call, `classify` and {@link decide}.
+ * It loads no AMQP client.
+ *
+ * @example
+ * import { runDelivery } from 'warren/testing';
+ * const result = await runDelivery(topology.consumer('billing'), chargeOrder, { payload: { orderId: 1 }, attempt: 3 });
+ * expect(result).toMatchObject({ kind: 'retried', tier: 2 });
+ */
+import type * as amqp from 'amqplib';
+import { WarrenError } from '../errors.js';
+import { HEADER, MAX_HEADER_TABLE_BYTES, type ParkReason } from '../headers.js';
+import { decide, type Decision, type DecisionNote, type Happening } from '../consume/contract.js';
+import { copyHeaders, originHeaders } from '../consume/copy-headers.js';
+import { DuplicateDelivery, happening, HandlerRun, runHandler, StoreOutage, type GuardRunner } from '../consume/handler-run.js';
+import { parseJsonBody, requireMessageId, validatePayload } from '../consume/payload.js';
+import type { ConsumerOptions, Handler, MessageContext } from '../consume/types.js';
+import { describeFailure } from '../park/failure.js';
+import { headerTableBytes, withoutBrokerHeaders } from '../park/message.js';
+import { uuidv7 } from '../publish/message-id.js';
+import { readAttempts } from '../retry/attempts.js';
+import { retryRow } from '../retry-table/row.js';
+import type { RetryRowInput } from '../retry-table/types.js';
+import type { ConsumerTopology } from '../topology/declaration.js';
+
+/** The message to run, as the consumer would receive it. */
+export interface TestMessage {
+  /** The payload, sent as JSON. Ignored when `body` is given. @default {} */
+  payload?: unknown;
+  /** The raw body instead of a payload (to test what is not JSON). */
+  body?: Buffer | string;
+  /** The message id; `null` for none. @default a fresh UUIDv7 */
+  messageId?: string | null;
+  /** The routing key it was published with. @default the consumer's first binding, with `*` and `#` read as `x` */
+  routingKey?: string;
+  /** The exchange it was published to. @default 'warren.events' */
+  exchange?: string;
+  /** Its headers, warren's own included (`warren-waits`, `warren-redeliveries`, ...). @default {} */
+  headers?: Record<string, unknown>;
+  /**
+   * This run's number as the handler sees it (`context.attempt`): sets `warren-attempts`
+   * to `attempt - 1` unless `headers` has it.
+   * @default 1
+   */
+  attempt?: number;
+  /** The broker's `redelivered` flag: the crash-loop guard looks at the message first. @default false */
+  redelivered?: boolean;
+  /** @default 'application/json' */
+  contentType?: string;
+}
+
+/** The consumer options the outcome depends on, as `warren.consume()` takes them. */
+export interface TestOptions<T = unknown, Tx = undefined> extends Pick<ConsumerOptions<T, Tx>, 'schema' | 'classify' | 'timeoutMs' | 'retryTable' | 'idempotency'> {
+  /**
+   * The handler's `context.tx` when there is no `idempotency` guard: a fake, or a real
+   * transaction you opened. With a guard (e.g. the SQLite store's), the guard opens it.
+   */
+  tx?: Tx;
+  /** The time a retry-table row's next attempt and the failure headers are counted from. @default new Date() */
+  now?: Date;
+}
+
+/** What the consumer would do with the message. */
+export interface TestOutcome {
+  /** The outcome the consumer would report (its `outcome` event's `kind`). */
+  readonly kind: 'acked' | 'duplicate' | 'retried' | 'parked' | 'waiting' | 'requeued' | 'redelivery-moved';
+  /** {@link decide}'s decision, as the consumer would apply it. */
+  readonly decision: Decision;
+  /** The queue the copy is published to: a retry tier, the parked queue, or the work queue (a crash-loop move). */
+  readonly queue: string | undefined;
+  /** The copy's headers, as published (the broker's own dropped). */
+  readonly headers: Readonly<Record<string, unknown>> | undefined;
+  /** Retry tier and its delay, when retried. */
+  readonly tier: number | undefined;
+  readonly delayMs: number | undefined;
+  /** Why it was parked, when parked. */
+  readonly reason: ParkReason | undefined;
+  /** `warren-attempts` on the copy (failed runs so far), when copied. */
+  readonly attempts: number | undefined;
+  /** The retry-table row the consumer would insert, when waiting (nothing is inserted). */
+  readonly row: RetryRowInput | undefined;
+  /** True when the handler ran. */
+  readonly ran: boolean;
+  /** What the handler threw (or the payload's, schema's, timeout's error); undefined when it resolved. */
+  readonly error: unknown;
+  /** What the consumer would log about the decision (a `classify` that threw, a missing `retryTable`). */
+  readonly notes: readonly DecisionNote[];
+}
+
+const DEFAULT_TIMEOUT_MS = 60_000;
+
+/**
+ * Runs `handler` against one message as `consumer` would (a declaration from your
+ * topology: `topology.consumer('billing')`), and says what the consumer would do.
+ * Nothing is published or acked; a retry-table row is returned, not inserted; an
+ * idempotency guard you pass does run (its transaction commits or rolls back as in
+ * production). A database outage is not held for `storeOutageHoldMs`: the outcome is
+ * the one the consumer reaches when the hold runs out.
+ */
+export async function runDelivery<T = unknown, Tx = undefined>(
+  consumer: ConsumerTopology,
+  handler: Handler<T, Tx>,
+  message: TestMessage = {},
+  options: TestOptions<T, Tx> = {},
+): Promise<TestOutcome> {
+  const now = options.now ?? new Date();
+  const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  const msg = consumeMessage(consumer, message);
+  const headers = msg.properties.headers as Record<string, unknown>;
+  const messageId = msg.properties.messageId as string | undefined;
+  const failed = readAttempts(headers, new Set(consumer.retryQueues)).failed;
+  const context = { messageId, routingKey: msg.fields.routingKey, headers, attempt: failed + 1, raw: msg, tx: undefined, signal: AbortSignal.abort() };
+  const decideOn = (happened: Happening, payload?: T): Decision =>
+    decide({ happened, attempts: failed, headers, consumer, classify: options.classify, retryTable: options.retryTable, payload, context, now });
+
+  let ran = false;
+  let error: unknown;
+  let payload: T | undefined;
+  let decision: Decision | undefined;
+  if (msg.fields.redelivered) {
+    const guard = decideOn({ kind: 'redelivered', seenInFlight: false });
+    if (guard.kind !== 'run') decision = guard;
+  }
+  if (decision === undefined) {
+    try {
+      const value = parseJsonBody(msg.content, msg.properties.contentType);
+      requireMessageId(messageId, options.idempotency !== undefined);
+      payload = options.schema ? await validatePayload(options.schema, value, timeoutMs, consumer.name) : (value as T);
+      const routingKey = typeof headers[HEADER.routingKey] === 'string' ? (headers[HEADER.routingKey] as string) : msg.fields.routingKey;
+      const run = new HandlerRun<Tx>(messageId, routingKey, headers, failed + 1, msg, options.tx as Tx);
+      ran = true;
+      await runHandler(handler, payload, run, timeoutMs, consumer.name, guardRunner(options, messageId, consumer.name));
+      decision = decideOn({ kind: 'resolved' });
+    } catch (caught) {
+      const happened = happening(caught);
+      if ('error' in happened) error = happened.error;
+      decision = decideOn(happened, payload);
+    }
+  }
+  return outcome(consumer, msg, decision, now, ran, error);
+}
+
+/** The guard called as the consumer calls it (without holding the message through an outage). */
+function guardRunner<T, Tx>(options: TestOptions<T, Tx>, messageId: string | undefined, consumer: string): GuardRunner<Tx> | undefined {
+  const guard = options.idempotency;
+  if (guard === undefined) return undefined;
+  return async (work, signal) => {
+    let result: 'done' | 'duplicate';
+    try {
+      result = await guard.run(messageId as string, consumer, work, signal);
+    } catch (error) {
+      if (error instanceof WarrenError && error.code === 'STORE_UNAVAILABLE') throw new StoreOutage(error);
+      throw error;
+    }
+    if (result === 'duplicate') throw new DuplicateDelivery();
+  };
+}
+
+/** The decision as the consumer would carry it out: which queue, which headers, which row. */
+function outcome(consumer: ConsumerTopology, msg: amqp.ConsumeMessage, decided: Decision, now: Date, ran: boolean, error: unknown): TestOutcome {
+  const headers = msg.properties.headers as Record<string, unknown>;
+  let decision = decided;
+  const base = { decision, ran, error, notes: decided.notes ?? [], queue: undefined, headers: undefined, tier: undefined, delayMs: undefined, reason: undefined, attempts: undefined, row: undefined };
+  switch (decision.kind) {
+    case 'ack':
+      return { ...base, kind: decision.duplicate ? 'duplicate' : 'acked' };
+    case 'requeue':
+    case 'run':
+      return { ...base, kind: 'requeued' };
+    case 'wait': {
+      const origin = originHeaders(headers, msg.fields);
+      const row = retryRow({
+        messageId: msg.properties.messageId !== undefined && msg.properties.messageId !== '' ? (msg.properties.messageId as string) : uuidv7(),
+        content: msg.content,
+        properties: msg.properties,
+        headers,
+        exchange: origin[HEADER.exchange] as string,
+        routingKey: origin[HEADER.routingKey] as string,
+        consumer: consumer.name,
+        queue: consumer.queue,
+        parkedQueue: consumer.parkedQueue,
+        waits: decision.waits,
+        failure: describeFailure(decision.error),
+        decision,
+        now,
+      });
+      return { ...base, kind: 'waiting', row };
+    }
+    case 'retry':
+    case 'park':
+    case 'move-back': {
+      let queue = decision.kind === 'retry' ? decision.queue : decision.kind === 'park' ? consumer.parkedQueue : consumer.queue;
+      let copy = withoutBrokerHeaders(copyHeaders(decision, headers, msg.fields, consumer.name, now));
+      if (headerTableBytes(copy) > MAX_HEADER_TABLE_BYTES) {
+        // As the consumer does: a copy that cannot carry its headers is parked with warren's essentials.
+        decision = decide({ happened: { kind: 'unencodable', intended: decision }, attempts: 0, headers, consumer });
+        queue = consumer.parkedQueue;
+        copy = withoutBrokerHeaders(copyHeaders(decision as Extract<Decision, { kind: 'park' }>, headers, msg.fields, consumer.name, now));
+      }
+      const kind = decision.kind === 'retry' ? 'retried' : decision.kind === 'park' ? 'parked' : 'redelivery-moved';
+      return {
+        ...base,
+        decision,
+        kind,
+        queue,
+        headers: copy,
+        tier: decision.kind === 'retry' ? decision.tier : undefined,
+        delayMs: decision.kind === 'retry' ? decision.delayMs : undefined,
+        reason: decision.kind === 'park' ? decision.reason : undefined,
+        attempts: decision.kind === 'move-back' ? undefined : (decision as { attempts: number }).attempts,
+      };
+    }
+  }
+}
+
+/** A routing key that one of the consumer's bindings matches. */
+function defaultRoutingKey(consumer: ConsumerTopology): string {
+  const binding = consumer.bindings[0] ?? 'test';
+  return binding.split('.').map((w) => (w === '*' || w === '#' ? 'x' : w)).join('.');
+}
+
+/** The delivery as amqplib would hand it to the consumer. */
+function consumeMessage(consumer: ConsumerTopology, m: TestMessage): amqp.ConsumeMessage {
+  const headers: Record<string, unknown> = { ...(m.headers ?? {}) };
+  const attempt = m.attempt ?? 1;
+  if (!Number.isInteger(attempt) || attempt < 1) throw new TypeError(`attempt: ${String(attempt)} is not a run number (1 for the first delivery)`);
+  if (headers[HEADER.attempts] === undefined && attempt > 1) headers[HEADER.attempts] = attempt - 1;
+  const content = m.body !== undefined ? (typeof m.body === 'string' ? Buffer.from(m.body) : m.body) : Buffer.from(JSON.stringify(m.payload ?? {}));
+  const messageId = m.messageId === null ? undefined : (m.messageId ?? uuidv7());
+  return {
+    content,
+    fields: { deliveryTag: 1, redelivered: m.redelivered ?? false, exchange: m.exchange ?? 'warren.events', routingKey: m.routingKey ?? defaultRoutingKey(consumer), consumerTag: 'warren-testing' },
+    properties: {
+      contentType: m.contentType ?? 'application/json', contentEncoding: undefined, headers, deliveryMode: 2, priority: undefined, correlationId: undefined,
+      replyTo: undefined, expiration: undefined, messageId, timestamp: undefined, type: undefined, userId: undefined, appId: undefined, clusterId: undefined,
+    },
+  } as amqp.ConsumeMessage;
+}
+
+/** What {@link messageContext} fills in. */
+export interface ContextOptions<Tx = undefined> {
+  /** @default a fresh UUIDv7 */
+  messageId?: string | undefined;
+  /** @default 'test' */
+  routingKey?: string;
+  /** @default {} */
+  headers?: Record<string, unknown>;
+  /** @default 1 */
+  attempt?: number;
+  /** @default an AbortSignal that never aborts */
+  signal?: AbortSignal;
+  /** The handler's `tx`. */
+  tx?: Tx;
+  /** The body of `raw`. @default {} */
+  payload?: unknown;
+}
+
+/**
+ * A {@link MessageContext} for calling a handler directly in a unit test, with `raw`
+ * filled in as amqplib would.
+ *
+ * @example
+ * await chargeOrder({ orderId: 1 }, messageContext({ attempt: 2, tx: fakeTx }));
+ */
+export function messageContext<Tx = undefined>(options: ContextOptions<Tx> = {}): MessageContext<Tx> {
+  const messageId = 'messageId' in options ? options.messageId : uuidv7();
+  const routingKey = options.routingKey ?? 'test';
+  const headers = options.headers ?? {};
+  const raw = consumeMessage({ bindings: [routingKey] } as unknown as ConsumerTopology, { payload: options.payload ?? {}, messageId: messageId ?? null, routingKey, headers });
+  return { messageId, routingKey, headers, attempt: options.attempt ?? 1, signal: options.signal ?? new AbortController().signal, tx: options.tx as Tx, raw };
+}
+
+export type { Decision, DecisionNote } from '../consume/contract.js';
