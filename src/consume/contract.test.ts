@@ -70,9 +70,9 @@ const rows: Array<{ happened: RegExp; claims: Claim[] }> = [
     }],
   },
   {
-    happened: /^body is not UTF-8 JSON, or the payload fails `schema`$/,
+    happened: /^body is not UTF-8 JSON \(or the `decoder` cannot read it\), or the payload fails `schema`$/,
     claims: [{
-      says: /^parked, first attempt, handler not run$/,
+      says: /^parked, first attempt, handler not run \(`invalid-json`; `invalid-payload` naming the decoder or the schema\)$/,
       check: () => {
         for (const reason of ['invalid-json', 'invalid-payload'] as const) {
           expect(run({ happened: { kind: 'invalid', reason, error: new InvalidPayloadError('bad') } })).toMatchObject({ kind: 'park', reason, attempts: 1 });
@@ -81,9 +81,9 @@ const rows: Array<{ happened: RegExp; claims: Claim[] }> = [
     }],
   },
   {
-    happened: /^no message id while an idempotency guard is set$/,
+    happened: /^no message id \(and none where `messageIdFrom` looks\) while an idempotency guard is set$/,
     claims: [{
-      says: /^parked \(`([a-z-]+)`\)/,
+      says: /^parked \(`([a-z-]+)`, saying where it looked\)/,
       check: ([reason]) => expect(run({ happened: { kind: 'invalid', reason: 'missing-message-id', error: new InvalidPayloadError('no id') } })).toMatchObject({ kind: 'park', reason, attempts: 1 }),
     }],
   },
