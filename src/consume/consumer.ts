@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type * as amqp from 'amqplib';
-import { ClosedError, HandlerTimeoutError, InvalidPayloadError, InvalidOptionError, PublishNotConfirmedError, UnroutableError, WarrenError, type LateAnswer } from '../errors.js';
+import { ClosedError, InvalidOptionError, PublishNotConfirmedError, UnroutableError, WarrenError, type LateAnswer } from '../errors.js';
 import { HEADER, MAX_HEADER_TABLE_BYTES } from '../headers.js';
 import { toLogger, type Logger } from '../logger.js';
 import type { BrokerConnection } from '../connection/index.js';
@@ -15,12 +15,12 @@ import { readAttempts } from '../retry/attempts.js';
 import { uuidv7 } from '../publish/message-id.js';
 import { checkPolicy, type RetryTablePolicy } from '../retry-table/wait.js';
 import { retryRow } from '../retry-table/row.js';
-import { bodyDecoder, codecFailure, DecodeFailure, type BodyDecoder } from './decode.js';
+import { bodyDecoder, type BodyDecoder } from './decode.js';
 import { messageIdReader, type MessageIdReader } from './message-id.js';
-import { decide, type Decision, type Happening, type InvalidReason } from './contract.js';
+import { decide, type Decision, type Happening } from './contract.js';
 import { DuplicateDelivery, happening, HandlerRun, runHandler, StoreOutage } from './handler-run.js';
 import { copyHeaders, minimalHeaders, originHeaders } from './copy-headers.js';
-import { PayloadRefused, validatePayload } from './payload.js';
+import { decodeBody, messageIdOf, validatePayload } from './payload.js';
 import { traceDelivery, type DeliveryTrace } from '../trace/index.js';
 import type { ConsumerOptions, ConsumerStats, Handler, Outcome } from './types.js';
 
@@ -403,9 +403,11 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
         if (guard.kind !== 'run') decision = guard;
       }
       if (decision === undefined) {
-        const body = this.decodeBody(msg);
+        const body = decodeBody(this.decoder, msg, this.timeoutMs, this.name);
         const value: unknown = body instanceof Promise ? await body : body;
-        messageId = this.messageIdOf(d, value, messageId);
+        const id = messageIdOf(this.idReader, msg, value, messageId, this.options.idempotency !== undefined);
+        if (id.found && id.id !== undefined) d.foundId = id.id;
+        messageId = id.id;
         const schema = this.options.schema;
         payload = schema ? await validatePayload(schema, value, this.timeoutMs, this.name) : (value as T);
         await trace.run(() => this.runHandler(d, payload as T, messageId, headers, attempts.failed));
@@ -476,53 +478,6 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       this.logger.error('could not park a message whose failure path threw; nacked with requeue, so it will be delivered again', { consumer: this.name, messageId, error: errorText(error) });
       this.requeue(d, false);
     }
-  }
-
-  /**
-   * The body as the decoder reads it: synchronous for the built-in decoders; a codec's
-   * promise gets the handler's time. A body the decoder cannot read parks.
-   */
-  private decodeBody(msg: amqp.ConsumeMessage): unknown {
-    let value: unknown;
-    try {
-      value = this.decoder.decode(msg);
-    } catch (error) {
-      if (error instanceof DecodeFailure) throw new PayloadRefused(error.reason as InvalidReason, error.error);
-      throw error;
-    }
-    if (!(value instanceof Promise)) return value;
-    return this.withinTimeout(value, 'decoder').catch((error: unknown) => {
-      if (error instanceof HandlerTimeoutError) throw error; // transient: the ladder takes it
-      const failure = codecFailure(this.decoder.name, msg, error);
-      throw new PayloadRefused(failure.reason as InvalidReason, failure.error);
-    });
-  }
-
-  /**
-   * The message id: the producer's `message-id` property, else what `messageIdFrom` finds.
-   * With an idempotency guard, a message with neither is parked: a duplicate could not be
-   * told from new work.
-   */
-  private messageIdOf(d: Delivery, value: unknown, own: string | undefined): string | undefined {
-    if (own !== undefined && own !== '') return own;
-    const found = this.idReader?.read(d.msg, value);
-    if (found?.id !== undefined) return (d.foundId = found.id);
-    if (!this.options.idempotency) return this.idReader ? undefined : own;
-    const why = found
-      ? `The message has no message id: the producer set no message-id property, and ${found.why} (messageIdFrom: ${this.idReader?.source ?? ''}).`
-      : 'The message has no message id.';
-    throw new PayloadRefused('missing-message-id', new InvalidPayloadError(`${why} The idempotency guard cannot tell a duplicate from new work without one. Publish with a message id (warren stamps one)${found ? ', or fix messageIdFrom,' : ''} and replay it.`));
-  }
-
-  /** A codec's promise gets the handler's time: one that never settles would hold the delivery until the broker's consumer timeout. */
-  private withinTimeout<R>(pending: Promise<R>, part: 'schema' | 'decoder'): Promise<R> {
-    return new Promise<R>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new HandlerTimeoutError(this.name, this.timeoutMs, part)), this.timeoutMs);
-      pending.then(
-        (value) => { clearTimeout(timer); resolve(value); },
-        (error: unknown) => { clearTimeout(timer); reject(error); },
-      );
-    });
   }
 
   private async runHandler(d: Delivery, payload: T, messageId: string | undefined, headers: Record<string, unknown>, failed: number): Promise<void> {

@@ -1,9 +1,13 @@
 /**
- * From body to payload: UTF-8 JSON, a message id when a guard needs one, the schema.
+ * From body to payload: the decoder (UTF-8 JSON by default), the message id when a guard
+ * needs one, the schema.
  * Shared by the consumer and `warren/testing`, so both refuse the same payloads.
  */
 import { HandlerTimeoutError, InvalidPayloadError } from '../errors.js';
+import type * as amqp from 'amqplib';
 import { describeFailure } from '../park/failure.js';
+import { codecFailure, DecodeFailure, type BodyDecoder } from './decode.js';
+import type { MessageIdReader } from './message-id.js';
 import type { InvalidReason } from './contract.js';
 import { formatIssues, type StandardSchemaV1 } from './schema.js';
 
@@ -14,29 +18,42 @@ export class PayloadRefused extends Error {
   }
 }
 
-/** Body text, or undefined when the body is not valid UTF-8 (`toString` would quietly replace the bad bytes). */
-const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
-
-/** The body as JSON (whatever the content type says); throws {@link PayloadRefused} `invalid-json`. */
-export function parseJsonBody(content: Buffer, contentType: unknown): unknown {
-  let text: string;
+/**
+ * The body as `decoder` reads it: synchronous for the built-in decoders; a codec's
+ * promise gets the handler's time (`timeoutMs`, a transient {@link HandlerTimeoutError}
+ * past it). A body the decoder cannot read throws {@link PayloadRefused}.
+ */
+export function decodeBody(decoder: BodyDecoder, msg: amqp.Message, timeoutMs: number, consumer: string): unknown {
+  let value: unknown;
   try {
-    text = utf8.decode(content);
+    value = decoder.decode(msg);
   } catch (error) {
-    throw new PayloadRefused('invalid-json', new InvalidPayloadError(`The body is not valid UTF-8, so it is not JSON; ${content.length} bytes, content type ${String(contentType ?? 'not set')}.`, [], { cause: error }));
+    if (error instanceof DecodeFailure) throw new PayloadRefused(error.reason as InvalidReason, error.error);
+    throw error;
   }
-  try {
-    return JSON.parse(text);
-  } catch (error) {
-    throw new PayloadRefused('invalid-json', new InvalidPayloadError(`The body is not valid JSON (${describeFailure(error).message}); ${content.length} bytes, content type ${String(contentType ?? 'not set')}.`, [], { cause: error }));
-  }
+  if (!(value instanceof Promise)) return value;
+  return withinTimeout(value, timeoutMs, consumer, 'decoder').catch((error: unknown) => {
+    if (error instanceof HandlerTimeoutError) throw error; // transient: the ladder takes it
+    const failure = codecFailure(decoder.name, msg, error);
+    throw new PayloadRefused(failure.reason as InvalidReason, failure.error);
+  });
 }
 
-/** With an idempotency guard, a message needs an id; throws {@link PayloadRefused} `missing-message-id`. */
-export function requireMessageId(messageId: string | undefined, guarded: boolean): void {
-  if (guarded && (messageId === undefined || messageId === '')) {
-    throw new PayloadRefused('missing-message-id', new InvalidPayloadError('The message has no message id, so the idempotency guard cannot tell a duplicate from new work. Publish with a message id (warren stamps one) and replay it.'));
-  }
+/**
+ * The message id: the producer's `message-id` property (`own`), else what `reader`
+ * (the `messageIdFrom` option) finds, as `found`. With an idempotency guard (`guarded`),
+ * a message with neither throws {@link PayloadRefused} `missing-message-id`: a duplicate
+ * could not be told from new work.
+ */
+export function messageIdOf(reader: MessageIdReader | undefined, msg: amqp.Message, value: unknown, own: string | undefined, guarded: boolean): { id: string | undefined; found: boolean } {
+  if (own !== undefined && own !== '') return { id: own, found: false };
+  const result = reader?.read(msg, value);
+  if (result?.id !== undefined) return { id: result.id, found: true };
+  if (!guarded) return { id: reader ? undefined : own, found: false };
+  const why = result
+    ? `The message has no message id: the producer set no message-id property, and ${result.why} (messageIdFrom: ${reader?.source ?? ''}).`
+    : 'The message has no message id.';
+  throw new PayloadRefused('missing-message-id', new InvalidPayloadError(`${why} The idempotency guard cannot tell a duplicate from new work without one. Publish with a message id (warren stamps one)${result ? ', or fix messageIdFrom,' : ''} and replay it.`));
 }
 
 /**
@@ -49,7 +66,7 @@ export async function validatePayload<T>(schema: StandardSchemaV1<unknown, T>, v
   let result: Awaited<ReturnType<typeof schema['~standard']['validate']>>;
   try {
     const pending = schema['~standard'].validate(value);
-    result = pending instanceof Promise ? await withinTimeout(pending, timeoutMs, consumer) : pending;
+    result = pending instanceof Promise ? await withinTimeout(pending, timeoutMs, consumer, 'schema') : pending;
   } catch (error) {
     if (error instanceof HandlerTimeoutError) throw error; // transient: the ladder takes it
     throw new PayloadRefused('invalid-payload', new InvalidPayloadError(`The schema threw instead of returning issues (${describeFailure(error).message}); the payload is treated as invalid. Fix the schema so it returns issues for any value, then replay.`, [], { cause: error }));
@@ -64,9 +81,9 @@ export async function validatePayload<T>(schema: StandardSchemaV1<unknown, T>, v
   return result.value;
 }
 
-function withinTimeout<R>(pending: Promise<R>, timeoutMs: number, consumer: string): Promise<R> {
+function withinTimeout<R>(pending: Promise<R>, timeoutMs: number, consumer: string, part: 'schema' | 'decoder'): Promise<R> {
   return new Promise<R>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new HandlerTimeoutError(consumer, timeoutMs, 'schema')), timeoutMs);
+    const timer = setTimeout(() => reject(new HandlerTimeoutError(consumer, timeoutMs, part)), timeoutMs);
     pending.then(
       (value) => { clearTimeout(timer); resolve(value); },
       (error: unknown) => { clearTimeout(timer); reject(error); },

@@ -3,7 +3,7 @@
  * consumer would reach (acked, retried to tier N after D ms, parked with reason R and
  * the headers it would write, a retry-table row) with no broker, in milliseconds.
  *
- * It runs the consumer's own code: the same body parsing and schema, the same handler
+ * It runs the consumer's own code: the same decoder, message id and schema, the same handler
  * clock (`timeoutMs`), the same idempotency guard call, `classify` and {@link decide}.
  * It loads no AMQP client.
  *
@@ -18,7 +18,9 @@ import { HEADER, MAX_HEADER_TABLE_BYTES, type ParkReason } from '../headers.js';
 import { decide, type Decision, type DecisionNote, type Happening } from '../consume/contract.js';
 import { copyHeaders, originHeaders } from '../consume/copy-headers.js';
 import { DuplicateDelivery, happening, HandlerRun, runHandler, StoreOutage, type GuardRunner } from '../consume/handler-run.js';
-import { parseJsonBody, requireMessageId, validatePayload } from '../consume/payload.js';
+import { bodyDecoder } from '../consume/decode.js';
+import { messageIdReader } from '../consume/message-id.js';
+import { decodeBody, messageIdOf, validatePayload } from '../consume/payload.js';
 import type { ConsumerOptions, Handler, MessageContext } from '../consume/types.js';
 import { describeFailure } from '../park/failure.js';
 import { headerTableBytes, withoutBrokerHeaders } from '../park/message.js';
@@ -55,7 +57,7 @@ export interface TestMessage {
 }
 
 /** The consumer options the outcome depends on, as `warren.consume()` takes them. */
-export interface TestOptions<T = unknown, Tx = undefined> extends Pick<ConsumerOptions<T, Tx>, 'schema' | 'classify' | 'timeoutMs' | 'retryTable' | 'idempotency'> {
+export interface TestOptions<T = unknown, Tx = undefined> extends Pick<ConsumerOptions<T, Tx>, 'schema' | 'classify' | 'timeoutMs' | 'retryTable' | 'idempotency' | 'decoder' | 'messageIdFrom'> {
   /**
    * The handler's `context.tx` when there is no `idempotency` guard: a fake, or a real
    * transaction you opened. With a guard (e.g. the SQLite store's), the guard opens it.
@@ -112,7 +114,9 @@ export async function runDelivery<T = unknown, Tx = undefined>(
   const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   const msg = consumeMessage(consumer, message);
   const headers = msg.properties.headers as Record<string, unknown>;
-  const messageId = msg.properties.messageId as string | undefined;
+  let messageId = msg.properties.messageId as string | undefined;
+  const decoder = bodyDecoder(options.decoder);
+  const idReader = messageIdReader(options.messageIdFrom);
   const failed = readAttempts(headers, new Set(consumer.retryQueues)).failed;
   const context = { messageId, routingKey: msg.fields.routingKey, headers, attempt: failed + 1, raw: msg, tx: undefined, signal: AbortSignal.abort() };
   const decideOn = (happened: Happening, payload?: T): Decision =>
@@ -128,8 +132,9 @@ export async function runDelivery<T = unknown, Tx = undefined>(
   }
   if (decision === undefined) {
     try {
-      const value = parseJsonBody(msg.content, msg.properties.contentType);
-      requireMessageId(messageId, options.idempotency !== undefined);
+      const body = decodeBody(decoder, msg, timeoutMs, consumer.name);
+      const value: unknown = body instanceof Promise ? await body : body;
+      messageId = messageIdOf(idReader, msg, value, messageId, options.idempotency !== undefined).id;
       payload = options.schema ? await validatePayload(options.schema, value, timeoutMs, consumer.name) : (value as T);
       const routingKey = typeof headers[HEADER.routingKey] === 'string' ? (headers[HEADER.routingKey] as string) : msg.fields.routingKey;
       const run = new HandlerRun<Tx>(messageId, routingKey, headers, failed + 1, msg, options.tx as Tx);
