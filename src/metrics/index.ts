@@ -3,7 +3,8 @@
  * entry point, `warren/metrics`, loads it). Names, labels and help of every metric are in
  * ./catalog.ts and docs/metrics.md.
  */
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { createRequire } from 'node:module';
+import type { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { BrokerConnection } from '../connection/index.js';
 import type { Consumer } from '../consume/consumer.js';
 import type { Outcome } from '../consume/types.js';
@@ -130,6 +131,21 @@ function checkBuckets(value: unknown, option: string, fallback: readonly number[
   return [...(value as number[])];
 }
 
+/**
+ * prom-client, loaded on the first {@link warrenMetrics} call rather than on import, so
+ * that importing `warren/metrics` without it fails with what to do instead of Node's
+ * bare "Cannot find package". prom-client is CommonJS: a synchronous require loads it.
+ */
+function promClient(): typeof import('prom-client') {
+  try {
+    return createRequire(import.meta.url)('prom-client') as typeof import('prom-client');
+  } catch (error) {
+    const code = (error as { code?: unknown } | null)?.code;
+    if (code !== 'MODULE_NOT_FOUND') throw error;
+    throw new Error('warrenMetrics() needs prom-client, an optional peer dependency of warren: npm install prom-client', { cause: error });
+  }
+}
+
 function isRegistry(value: unknown): value is Registry {
   return typeof value === 'object' && value !== null && typeof (value as Registry).registerMetric === 'function' && typeof (value as Registry).metrics === 'function';
 }
@@ -235,6 +251,7 @@ function managementOf(option: BrokerMetricsOptions['management'], amqpUrl: strin
  * }).listen(9464);
  */
 export function warrenMetrics(options: WarrenMetricsOptions = {}): WarrenMetrics {
+  const { Counter, Gauge, Histogram, Registry } = promClient();
   if (typeof options !== 'object' || options === null) throw new InvalidOptionError('options', 'expected an object');
   const { warren } = options;
   if (warren !== undefined && (typeof warren !== 'object' || warren === null || typeof warren.listConsumers !== 'function')) {
