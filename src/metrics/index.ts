@@ -23,14 +23,20 @@ import { BrokerReader, type BrokerSnapshot } from './broker.js';
 import { METRICS, type MetricSpec } from './catalog.js';
 
 export { ALL_METRICS, METRICS, type MetricSpec, type MetricSource } from './catalog.js';
-export { BrokerReader, declaredQueues, type BrokerSnapshot, type QueueFigures, type QueueRole, type BrokerReaderOptions } from './broker.js';
+export { BrokerReader, declaredQueues, type BrokerSnapshot, type QueueFigures, type QueueRole, type BrokerReaderOptions, type Declared } from './broker.js';
 export { serveMetrics, type MetricsServer, type ServeOptions } from './server.js';
 
 /** What the metrics read of a store: its outbox lag and its retry table's signals. `warren/sqlite` and `warren/postgres` stores fit. */
 export interface MetricsStore {
   readonly backend: string;
-  readonly outbox: { lag(): Promise<OutboxLag> };
-  readonly retryTable: { signals(): Promise<RetrySignals> };
+  readonly outbox: {
+    /** Pending rows and the age of the oldest. */
+    lag(): Promise<OutboxLag>;
+  };
+  readonly retryTable: {
+    /** Rows, due rows and paused rows by dependency. */
+    signals(): Promise<RetrySignals>;
+  };
 }
 
 /** A store, optionally with the name its figures are labelled with. */
