@@ -8,6 +8,7 @@
 //   node scripts/api-docs.mjs [--out DIR] [--json FILE]   (default: docs/api)
 import { readFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
+import process from 'node:process';
 import { fileURLToPath } from 'node:url';
 import { Application, Converter, ReflectionKind } from 'typedoc';
 
@@ -75,15 +76,15 @@ function commonDirectory(files) {
 
 const project = await app.convert();
 if (!project) {
-  console.error('api-docs: TypeDoc could not convert the entries (see above)');
+  process.stderr.write('api-docs: TypeDoc could not convert the entries (see above)\n');
   process.exit(1);
 }
 app.validate(project);
 if (app.logger.hasErrors() || app.logger.hasWarnings()) {
-  console.error(`api-docs: ${app.logger.errorCount} errors, ${app.logger.warningCount} warnings`);
+  process.stderr.write(`api-docs: ${app.logger.errorCount} errors, ${app.logger.warningCount} warnings\n`);
   process.exit(1);
 }
 await app.generateDocs(project, out);
 if (json) await app.generateJson(project, json);
 if (app.logger.hasErrors() || app.logger.hasWarnings()) process.exit(1);
-console.log(`api-docs: ${entries.size} entries -> ${relative(process.cwd(), out) || '.'}`);
+process.stdout.write(`api-docs: ${entries.size} entries -> ${relative(process.cwd(), out) || '.'}\n`);

@@ -200,6 +200,7 @@ describe('installed from the tarball', () => {
       const consumer = `
 import { defineTopology, PermanentError, Warren, type MessageContext } from 'warren';
 import { sqliteStore, type SqliteDatabase } from 'warren/sqlite';
+import { postgresStore } from 'warren/postgres';
 
 export const topology = defineTopology({
   exchange: 'shop.events',
@@ -218,6 +219,16 @@ export async function start(url: string): Promise<Warren> {
     { idempotency: store.idempotency() },
   );
   return warren;
+}
+
+// The stores' internals are not part of the published types.
+export function internals(store: ReturnType<typeof sqliteStore>, pg: ReturnType<typeof postgresStore>): void {
+  // @ts-expect-error the SQLite store's connection is its own
+  void store.write;
+  // @ts-expect-error the PostgreSQL store's pool is its own
+  void pg.withClient;
+  // @ts-expect-error transaction takes the work only
+  void pg.transaction(async () => undefined, 'doing', 'SELECT 1');
 }
 `;
       writeFileSync(join(project, 'entries.ts'), `${imports}\n${list}\n`);
