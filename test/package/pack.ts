@@ -67,7 +67,8 @@ export async function packWorkingTree(work: string): Promise<Packed> {
   await copyTree(source);
   // The build needs TypeScript and the type packages; nothing is installed.
   symlinkSync(join(ROOT, 'node_modules'), join(source, 'node_modules'), 'dir');
-  const { stdout } = await sh('npm', ['pack', '--json', '--pack-destination', work], source, { npm_config_loglevel: 'error' });
+  // The build is most of the time: a few seconds of CPU, minutes on a loaded machine.
+  const { stdout } = await sh('npm', ['pack', '--json', '--pack-destination', work], source, { npm_config_loglevel: 'error' }, 540_000);
   // npm prints the build's own output before the JSON.
   const json = stdout.slice(stdout.indexOf('\n[') + 1 || stdout.indexOf('['));
   const [report] = JSON.parse(json) as Array<{ filename: string; files: Array<{ path: string }> }>;

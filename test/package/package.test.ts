@@ -31,10 +31,10 @@ beforeAll(async () => {
   work = mkdtempSync(join(tmpdir(), 'warren-package-'));
   packed = await packWorkingTree(work);
   entries = codeEntries(packed.manifest);
-}, 300_000);
+}, 600_000);
 
 afterAll(() => {
-  if (work) rmSync(work, { recursive: true, force: true });
+  if (work) rmSync(work, { recursive: true, force: true, maxRetries: 5 });
 });
 
 describe('npm pack', () => {
@@ -147,7 +147,7 @@ describe('installed from the tarball', () => {
       const named = peers().filter((p) => !installed(p) && r.error?.includes(`npm install ${p}`));
       expect(named, `import('${specifier}') failed with: ${r.error}`).not.toEqual([]);
     }
-  });
+  }, 120_000);
 
   it('the store and metrics entries name the peer they need on first use', async () => {
     const script = `
@@ -163,12 +163,12 @@ describe('installed from the tarball', () => {
     expect(r.ok, r.stderr).toBe(true);
     const messages = JSON.parse(r.stdout) as string[];
     expect(messages).toEqual([expect.stringContaining('npm install better-sqlite3'), expect.stringContaining('npm install pg'), expect.stringContaining('npm install prom-client')]);
-  });
+  }, 120_000);
 
   it('compiles a consumer of the main entry with no optional peer installed', async () => {
     writeFileSync(join(project, 'main-only.ts'), `import * as warren from 'warren';\nexport const names: string[] = Object.keys(warren);\n`);
     await tsc({ compilerOptions: { module: 'nodenext', moduleResolution: 'nodenext', strict: true, noEmit: true, skipLibCheck: false, types: ['node'] }, files: ['main-only.ts'] }, 'main-only');
-  }, 60_000);
+  }, 240_000);
 
   describe('with the optional peers installed', () => {
     beforeAll(() => {
@@ -181,7 +181,7 @@ describe('installed from the tarball', () => {
         expect(r.error, specifier).toBeUndefined();
         expect(r.names?.length, specifier).toBeGreaterThan(0);
       }
-    });
+    }, 120_000);
 
     it('requires every entry from CommonJS (require of ES modules)', async () => {
       for (const { specifier } of entries) {
@@ -190,7 +190,7 @@ describe('installed from the tarball', () => {
         expect(cjs.error, specifier).toBeUndefined();
         expect(cjs.names?.filter((n) => n !== 'module.exports').sort(), specifier).toEqual(esm.names?.sort());
       }
-    });
+    }, 120_000);
 
     it('compiles a TypeScript consumer under nodenext (ESM and CommonJS) and bundler resolution', async () => {
       const imports = entries.map((e, i) => `import * as entry${i} from '${e.specifier}';`).join('\n');
@@ -238,13 +238,13 @@ export function internals(store: ReturnType<typeof sqliteStore>, pg: ReturnType<
       const files = ['entries.ts', 'entries.cts', 'consumer.ts'];
       await tsc({ compilerOptions: { ...strict, module: 'nodenext', moduleResolution: 'nodenext' }, files }, 'nodenext');
       await tsc({ compilerOptions: { ...strict, module: 'esnext', moduleResolution: 'bundler' }, files: ['entries.ts', 'consumer.ts'] }, 'bundler');
-    }, 120_000);
+    }, 300_000);
 
     it('runs `npx warren --help` from the installed package', async () => {
       const { stdout } = await sh('npx', ['--no-install', 'warren', '--help'], project);
       expect(stdout).toMatch(/^warren \d+\.\d+\.\d+/);
       expect(stdout).toMatch(/parked show CONSUMER ID/);
-    });
+    }, 120_000);
 
     it("records stack frames in warren's code that name existing files, with or without source maps", async () => {
       // describeFailure is what the consumer stores in a parked message's headers and
@@ -270,6 +270,6 @@ export function internals(store: ReturnType<typeof sqliteStore>, pg: ReturnType<
         // The first frame is the line that threw.
         expect(readFileSync(top, 'utf8').split('\n')[line - 1]).toMatch(/throw new InvalidOptionError/);
       }
-    });
+    }, 120_000);
   });
 });
