@@ -15,9 +15,9 @@ export {
   type QueueBinding,
   type ArgumentValue,
 } from './topology/declaration.js';
-export { topologySpec, consumerQueues, type TopologySpec, type QueueSpec, type ExchangeSpec, type BindingSpec } from './topology/plan.js';
+export { topologySpec, consumerQueues, type TopologySpec, type QueueSpec, type ExchangeSpec, type BindingSpec, type QueueArguments, type BrokerBinding } from './topology/plan.js';
 export { declareTopology, planTopology, verifyTopology, type TopologyPlan, type PlanEntry } from './topology/apply.js';
-export { BrokerConnection, backoffDelay, redactUrl, type BrokerNode, type ConnectionOptions, type TlsOptions } from './connection/index.js';
+export { BrokerConnection, backoffDelay, redactUrl, type BrokerNode, type ConnectionOptions, type ReadyHook, type TlsOptions } from './connection/index.js';
 export { Publisher, type PublisherOptions, type PublishReceipt, type OutgoingMessage } from './publish/publisher.js';
 export { stampMessage, type PublishOptions, type StampedMessage } from './publish/stamp.js';
 export { uuidv7 } from './publish/message-id.js';
@@ -25,12 +25,12 @@ export { Consumer } from './consume/consumer.js';
 export { decide, CrashLoopError, type Decision, type DecisionInput, type DecisionNote, type Happening, type InvalidReason } from './consume/contract.js';
 export { copyHeaders, minimalHeaders, originHeaders, type DeliveryFields } from './consume/copy-headers.js';
 export type { ConsumerOptions, Handler, MessageContext, IdempotencyGuard, Outcome, ConsumerStats } from './consume/types.js';
-export type { StandardSchemaV1 } from './consume/schema.js';
+export type { StandardSchemaV1, StandardResult, StandardIssue } from './consume/schema.js';
 export type { Codec, Decoder } from './consume/decode.js';
 export type { MessageIdSource } from './consume/message-id.js';
 export { classifyFailure, type Classifier, type FailureKind } from './consume/classify.js';
 export { ManagementClient, type ManagementOptions, type QueueInfo } from './management/client.js';
-export { HEADER, type ParkReason } from './headers.js';
+export { HEADER, MAX_ERROR_MESSAGE_CHARS, type ParkReason } from './headers.js';
 export { describeFailure, failureFingerprint, type FailureInfo } from './park/failure.js';
 export { readAttempts, countDeaths, type AttemptCount } from './retry/attempts.js';
 export { decideRetry, parseDuration, formatDuration, retryQueueName, parkedQueueName, type Duration, type RetryDecision } from './retry/ladder.js';

@@ -18,17 +18,25 @@ import { InvalidOptionError } from './errors.js';
  * const warren = await Warren.connect({ url, topology, logger: pino() });
  */
 export interface Logger {
+  /** Detail for whoever is chasing a problem. */
   debug(message: string, fields?: Record<string, unknown>): void;
+  /** Something worth knowing happened. */
   info(message: string, fields?: Record<string, unknown>): void;
+  /** Something went wrong and warren coped (a retry, a reconnect). */
   warn(message: string, fields?: Record<string, unknown>): void;
+  /** Something went wrong that a person should look at. */
   error(message: string, fields?: Record<string, unknown>): void;
 }
 
 /** A logger whose methods take the fields first: `warn(fields, message)` (pino, bunyan). */
 export interface ObjectFirstLogger {
+  /** Detail for whoever is chasing a problem. */
   debug(fields: Record<string, unknown>, message: string): void;
+  /** Something worth knowing happened. */
   info(fields: Record<string, unknown>, message: string): void;
+  /** Something went wrong and warren coped (a retry, a reconnect). */
   warn(fields: Record<string, unknown>, message: string): void;
+  /** Something went wrong that a person should look at. */
   error(fields: Record<string, unknown>, message: string): void;
 }
 

@@ -38,12 +38,14 @@ export interface HealthReport {
 
 /** Anything with a `health()`: a Warren, or what {@link storeHealth}, {@link relayHealth} and {@link schedulerHealth} return. */
 export interface HealthSource {
+  /** The current report: healthy or not, and why. */
   health(): Promise<HealthReport>;
 }
 
 /** What {@link storeHealth} needs of a store: its backend, and a transaction to run. */
 export interface CheckableStore {
   readonly backend: Store<unknown>['backend'];
+  /** Runs `work` in a transaction: an empty one proves the database answers. */
   transaction(work: () => undefined): Promise<unknown>;
 }
 

@@ -46,7 +46,8 @@ export interface BrokerReaderOptions {
   readonly cacheMs: number;
 }
 
-interface Declared {
+/** A queue the topology declares, with the consumer and role it has (see {@link declaredQueues}). */
+export interface Declared {
   readonly consumer: string;
   readonly role: QueueRole;
   readonly queue: string;

@@ -20,6 +20,7 @@ function m(source: MetricSource, type: MetricSpec['type'], name: string, labels:
   return { name, type, help, labels, source };
 }
 
+/** Every metric warren exports, by key: name, type, labels, help and where it is read from. */
 export const METRICS = {
   // --- from the application: consumers --------------------------------------------------
   deliveries: m('application', 'counter', 'warren_consumer_deliveries_total', ['consumer', 'outcome'], 'Deliveries by outcome: acked, duplicate, retried, parked, waiting (retry table), requeued, redelivery-moved (crash-loop guard).'),

@@ -3,7 +3,8 @@
  * entry point, `warren/metrics`, loads it). Names, labels and help of every metric are in
  * ./catalog.ts and docs/metrics.md.
  */
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { createRequire } from 'node:module';
+import type { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { BrokerConnection } from '../connection/index.js';
 import type { Consumer } from '../consume/consumer.js';
 import type { Outcome } from '../consume/types.js';
@@ -22,14 +23,20 @@ import { BrokerReader, type BrokerSnapshot } from './broker.js';
 import { METRICS, type MetricSpec } from './catalog.js';
 
 export { ALL_METRICS, METRICS, type MetricSpec, type MetricSource } from './catalog.js';
-export { BrokerReader, declaredQueues, type BrokerSnapshot, type QueueFigures, type QueueRole, type BrokerReaderOptions } from './broker.js';
+export { BrokerReader, declaredQueues, type BrokerSnapshot, type QueueFigures, type QueueRole, type BrokerReaderOptions, type Declared } from './broker.js';
 export { serveMetrics, type MetricsServer, type ServeOptions } from './server.js';
 
 /** What the metrics read of a store: its outbox lag and its retry table's signals. `warren/sqlite` and `warren/postgres` stores fit. */
 export interface MetricsStore {
   readonly backend: string;
-  readonly outbox: { lag(): Promise<OutboxLag> };
-  readonly retryTable: { signals(): Promise<RetrySignals> };
+  readonly outbox: {
+    /** Pending rows and the age of the oldest. */
+    lag(): Promise<OutboxLag>;
+  };
+  readonly retryTable: {
+    /** Rows, due rows and paused rows by dependency. */
+    signals(): Promise<RetrySignals>;
+  };
 }
 
 /** A store, optionally with the name its figures are labelled with. */
@@ -128,6 +135,21 @@ function checkBuckets(value: unknown, option: string, fallback: readonly number[
     throw new InvalidOptionError(option, `${JSON.stringify(value)} is not a list of increasing positive numbers of seconds`, 'For example [0.01, 0.1, 1, 10].');
   }
   return [...(value as number[])];
+}
+
+/**
+ * prom-client, loaded on the first {@link warrenMetrics} call rather than on import, so
+ * that importing `warren/metrics` without it fails with what to do instead of Node's
+ * bare "Cannot find package". prom-client is CommonJS: a synchronous require loads it.
+ */
+function promClient(): typeof import('prom-client') {
+  try {
+    return createRequire(import.meta.url)('prom-client') as typeof import('prom-client');
+  } catch (error) {
+    const code = (error as { code?: unknown } | null)?.code;
+    if (code !== 'MODULE_NOT_FOUND') throw error;
+    throw new Error('warrenMetrics() needs prom-client, an optional peer dependency of warren: npm install prom-client', { cause: error });
+  }
 }
 
 function isRegistry(value: unknown): value is Registry {
@@ -235,6 +257,7 @@ function managementOf(option: BrokerMetricsOptions['management'], amqpUrl: strin
  * }).listen(9464);
  */
 export function warrenMetrics(options: WarrenMetricsOptions = {}): WarrenMetrics {
+  const { Counter, Gauge, Histogram, Registry } = promClient();
   if (typeof options !== 'object' || options === null) throw new InvalidOptionError('options', 'expected an object');
   const { warren } = options;
   if (warren !== undefined && (typeof warren !== 'object' || warren === null || typeof warren.listConsumers !== 'function')) {

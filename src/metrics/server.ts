@@ -29,6 +29,7 @@ export interface MetricsServer {
   readonly port: number;
   /** The URL of the metrics, e.g. `http://127.0.0.1:9464/metrics`. */
   readonly url: string;
+  /** Stops listening; resolves once the server is closed. */
   close(): Promise<void>;
 }
 

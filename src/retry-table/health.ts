@@ -11,7 +11,13 @@ import type { RetryTable } from './index.js';
 export type HealthCheck =
   | string
   | (() => unknown)
-  | { readonly check: string | (() => unknown); readonly intervalMs?: number; readonly failuresToPause?: number; readonly timeoutMs?: number };
+  | {
+      /** The check itself: a URL or a function, as above. */
+      readonly check: string | (() => unknown);
+      readonly intervalMs?: number;
+      readonly failuresToPause?: number;
+      readonly timeoutMs?: number;
+    };
 
 /** Checks by dependency name. */
 export type HealthChecks = Readonly<Record<string, HealthCheck>>;

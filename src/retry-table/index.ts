@@ -18,7 +18,7 @@ import type { RetryAuditEntry, RetryFilter, RetryHold, RetryRow, RetryRowInput, 
 
 export * from './types.js';
 export { checkFilter } from './filter.js';
-export { WaitForConditionError, isWaitForCondition, decideWait, DEFAULT_WAIT_MS, DEFAULT_WAIT_ATTEMPTS, type WaitOptions, type WaitRule, type RetryTablePolicy, type WaitDecision } from './wait.js';
+export { WaitForConditionError, isWaitForCondition, decideWait, DEFAULT_WAIT_MS, DEFAULT_WAIT_ATTEMPTS, type WaitOptions, type WaitRule, type RetryTablePolicy, type WaitDecision, type ErrorClass } from './wait.js';
 export { RetryScheduler, type RetrySchedulerOptions, type SchedulerStats } from './scheduler.js';
 export { HealthMonitor, type HealthCheck, type HealthChecks, type HealthMonitorOptions, type HealthState, type HealthStats } from './health.js';
 

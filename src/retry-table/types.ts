@@ -145,7 +145,9 @@ export interface RetryTableDriver {
    * consumer already there is updated instead (a redelivered duplicate makes no second row).
    */
   insert(row: RetryRowInput): Promise<{ readonly id: string; readonly paused: boolean }>;
+  /** Matching rows, `limit` from `offset`, oldest next attempt first. */
   list(filter: RetryFilter, limit: number, offset: number): Promise<RetryRow[]>;
+  /** How many rows match. */
   count(filter: RetryFilter): Promise<number>;
   /** Updates matching rows (and holds, for pause and resume); returns how many rows changed. */
   update(change: RetryChange, filter: RetryFilter, actor: string): Promise<number>;
@@ -159,9 +161,12 @@ export interface RetryTableDriver {
    * addressed to their queue. `full`: the outbox bound stopped it short of `limit`.
    */
   drain(options: DrainOptions): Promise<DrainResult>;
+  /** The pauses in force. */
   holds(): Promise<RetryHold[]>;
   /** Dependencies named by rows or holds, sorted. */
   dependencies(): Promise<string[]>;
+  /** Rows, due rows and paused rows by dependency, and the oldest due row's age. */
   signals(): Promise<RetrySignals>;
+  /** The last `limit` changes to the table, newest first. */
   history(limit: number): Promise<RetryAuditEntry[]>;
 }

@@ -66,8 +66,9 @@ export function isWaitForCondition(error: unknown): error is WaitForConditionErr
   return error instanceof WaitForConditionError || (error instanceof WarrenError && error.code === 'WAIT_FOR_CONDITION');
 }
 
+/** An error class, matched with `instanceof`: the class itself or any subclass. */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- any error class
-type ErrorClass = abstract new (...args: any[]) => Error;
+export type ErrorClass = abstract new (...args: any[]) => Error;
 
 /** Sends errors a handler throws to the retry table without the handler knowing. */
 export interface WaitRule<T = unknown> {

@@ -5,6 +5,8 @@
  */
 import type { ActionLog } from '../audit/entry.js';
 import type { IdempotencyGuard } from '../consume/types.js';
+// eslint-disable-next-line @typescript-eslint/no-unused-vars -- for the {@link}s in doc comments below, which TypeDoc and editors resolve through imports
+import type { StoreSchemaError, StoreUnavailableError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { PublishOptions } from '../publish/publisher.js';
 import type { RetryTable } from '../retry-table/index.js';

@@ -15,6 +15,7 @@ const GAP_RECHECK_MS = 20;
 
 /** What the relay needs from a publisher: `Publisher.send` (confirmed, `mandatory`). */
 export interface OutboxPublisher {
+  /** Publishes with confirms and `mandatory`; rejects when the broker refuses or cannot route it. */
   send(message: OutgoingMessage): Promise<void>;
 }
 
@@ -197,6 +198,7 @@ export class OutboxRelay extends EventEmitter {
   /** The claim limit of the last pass: a pass that filled it goes again at once. */
   private lastLimit = 0;
 
+  /** @internal Made by `store.relay()`, with the store's own driver. */
   constructor(
     private readonly driver: RelayDriver,
     options: OutboxRelayOptions,

@@ -1,6 +1,6 @@
 import { checkEntry, checkQuery, type ActionEntry, type ActionLog, type ActionQuery, type ActionRecord } from '../../audit/entry.js';
 import type { PgClient } from './driver.js';
-import type { PostgresInternals } from './index.js';
+import type { PostgresInternals } from './internals.js';
 
 /** The action record in the PostgreSQL store's `<prefix>actions` table. */
 export class PostgresActionLog<C extends PgClient> implements ActionLog {

@@ -19,19 +19,26 @@ export interface PgNotification {
  * warren's types never require `pg` (kysely does the same); a `pg` `PoolClient` fits.
  */
 export interface PgClient {
+  /** Runs a query, with `$1`-style parameters. */
   // eslint-disable-next-line @typescript-eslint/no-explicit-any -- rows are whatever the SQL selects, as in pg itself
   query<R = any>(text: string, values?: unknown[]): Promise<PgQueryResult<R>>;
   /** Back to the pool; an error or `true` destroys the connection instead. */
   release(destroy?: boolean | Error): void;
+  /** The connection failed. */
   on(event: 'error', listener: (error: Error) => void): unknown;
+  /** A NOTIFY arrived on a channel this connection LISTENs to. */
   on(event: 'notification', listener: (message: PgNotification) => void): unknown;
+  /** Removes an `error` listener. */
   removeListener(event: 'error', listener: (error: Error) => void): unknown;
+  /** Removes a `notification` listener. */
   removeListener(event: 'notification', listener: (message: PgNotification) => void): unknown;
 }
 
 /** What warren needs from a node-postgres `Pool`. */
 export interface PgPool<C extends PgClient = PgClient> {
+  /** Checks out a connection; the caller releases it. */
   connect(): Promise<C>;
+  /** Closes every connection of the pool. */
   end(): Promise<void>;
 }
 

@@ -3,7 +3,7 @@ import type { GuardStats, StoreGuard } from '../index.js';
 import { checkInt } from '../options.js';
 import { closableHandle, Rollback, StoreBusyError, TransactionClosedError, untilAborted } from '../transaction.js';
 import type { PgClient } from './driver.js';
-import { AbandonTransaction, type PostgresInternals } from './index.js';
+import { AbandonTransaction, type PostgresInternals } from './internals.js';
 
 /**
  * The idempotency guard over PostgreSQL: BEGIN, `INSERT … ON CONFLICT DO NOTHING` of the

@@ -4,7 +4,7 @@ import type { Outbox, OutboxAddOptions, OutboxFailure, OutboxLag, OutboxReceipt 
 import { outboxRecord, rowOrigin, storedHeaders, type OutboxRow } from '../outbox-message.js';
 import type { ClaimOptions, RelayBatch, RelayDriver, RowOutcome } from '../outbox-relay.js';
 import type { PgClient, PgNotification } from './driver.js';
-import type { PostgresInternals } from './index.js';
+import type { PostgresInternals } from './internals.js';
 
 /**
  * The PostgreSQL outbox. `add` inserts on the client you pass, inside your transaction,

@@ -1,6 +1,6 @@
 import type { PruneDriver, PruneTable } from '../prune.js';
 import type { PgClient } from './driver.js';
-import type { PostgresInternals } from './index.js';
+import type { PostgresInternals } from './internals.js';
 
 /**
  * Deletes old rows a batch at a time, each batch one statement (its own transaction).

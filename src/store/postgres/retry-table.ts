@@ -2,7 +2,7 @@ import { checkFilter, holdOf, holdMatches, liftedHoldsWhere, whereOf, type SqlWr
 import { summarize } from '../../retry-table/signals.js';
 import type { DrainOptions, DrainResult, RetryAuditEntry, RetryChange, RetryFilter, RetryHold, RetryRow, RetryRowInput, RetrySignals, RetryTableDriver } from '../../retry-table/types.js';
 import type { PgClient } from './driver.js';
-import type { PostgresInternals } from './index.js';
+import type { PostgresInternals } from './internals.js';
 
 /** A statement's parameters, numbered `$1`, `$2`, … in the order they are added. */
 class Params implements SqlWriter {

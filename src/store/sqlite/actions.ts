@@ -1,6 +1,6 @@
 import { checkEntry, checkQuery, type ActionEntry, type ActionLog, type ActionQuery, type ActionRecord } from '../../audit/entry.js';
 import type { SqliteDatabase } from './driver.js';
-import type { SqliteInternals } from './index.js';
+import type { SqliteInternals } from './internals.js';
 
 /** The action record in the SQLite store's `<prefix>actions` table; times in Unix milliseconds. */
 export class SqliteActionLog<DB extends SqliteDatabase> implements ActionLog {

@@ -5,18 +5,24 @@ import { StoreUnavailableError } from '../../errors.js';
  * that warren's types never require `better-sqlite3` (kysely does the same).
  */
 export interface SqliteStatement {
+  /** Runs a write; how many rows changed, and the last rowid inserted. */
   run(...params: unknown[]): { changes: number | bigint; lastInsertRowid: number | bigint };
+  /** The first row, or undefined. */
   get(...params: unknown[]): unknown;
+  /** Every row. */
   all(...params: unknown[]): unknown[];
 }
 
 /** What warren needs from a better-sqlite3 `Database`; pass your own for its full type. */
 export interface SqliteDatabase {
+  /** Compiles one statement. */
   prepare(source: string): SqliteStatement;
+  /** Runs SQL text, one statement or several, with no parameters. */
   exec(source: string): unknown;
   readonly inTransaction: boolean;
   readonly open: boolean;
   readonly memory: boolean;
+  /** Closes the connection. */
   close(): unknown;
 }
 

@@ -2,7 +2,7 @@ import { StoreUnavailableError } from '../../errors.js';
 import type { GuardStats, StoreGuard } from '../index.js';
 import { closableHandle, Rollback, StoreBusyError, TransactionClosedError, untilAborted } from '../transaction.js';
 import type { SqliteDatabase } from './driver.js';
-import type { SqliteInternals } from './index.js';
+import type { SqliteInternals } from './internals.js';
 
 /**
  * The idempotency guard over SQLite: BEGIN IMMEDIATE, insert the `(message_id, consumer)`

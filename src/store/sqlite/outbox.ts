@@ -1,10 +1,11 @@
 import { StoreSchemaError } from '../../errors.js';
 import type { Logger } from '../../logger.js';
-import type { Outbox, OutboxAddOptions, OutboxFailure, OutboxLag, OutboxReceipt } from '../index.js';
+import type { OutboxAddOptions, OutboxFailure, OutboxLag, OutboxReceipt } from '../index.js';
 import { outboxRecord, rowOrigin, storedHeaders, type OutboxRow } from '../outbox-message.js';
 import type { ClaimOptions, RelayBatch, RelayDriver, RowOutcome } from '../outbox-relay.js';
 import type { SqliteDatabase } from './driver.js';
-import type { SqliteInternals } from './index.js';
+import type { SqliteOutbox } from './types.js';
+import type { SqliteInternals } from './internals.js';
 import { LATEST } from './migrations.js';
 
 interface RowRecord {
@@ -23,7 +24,7 @@ interface RowRecord {
  * The SQLite outbox. `add` and `addSync` insert a row on the handle you pass, inside
  * whatever transaction is open on it; the row is published once that commits.
  */
-export class SqliteOutbox<DB extends SqliteDatabase> implements Outbox<DB> {
+export class SqliteOutboxImpl<DB extends SqliteDatabase> implements SqliteOutbox<DB> {
   constructor(private readonly store: SqliteInternals<DB>) {}
 
   async add(tx: DB, routingKey: string, payload: unknown, options?: OutboxAddOptions): Promise<OutboxReceipt> {
@@ -230,7 +231,7 @@ export class SqliteRelayDriver<DB extends SqliteDatabase> implements RelayDriver
   }
 
   lag(): Promise<OutboxLag> {
-    return new SqliteOutbox<DB>(this.store).lag();
+    return new SqliteOutboxImpl<DB>(this.store).lag();
   }
 
   async subscribe(wake: () => void, _logger: Logger): Promise<() => Promise<void>> {

@@ -1,6 +1,6 @@
 import type { PruneDriver, PruneTable } from '../prune.js';
 import type { SqliteDatabase } from './driver.js';
-import type { SqliteInternals } from './index.js';
+import type { SqliteInternals } from './internals.js';
 
 /** Deletes old rows a batch at a time, each batch one short write transaction. */
 export class SqlitePruneDriver<DB extends SqliteDatabase> implements PruneDriver {

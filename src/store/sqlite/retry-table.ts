@@ -2,7 +2,7 @@ import { checkFilter, holdOf, holdMatches, liftedHoldsWhere, whereOf, type SqlWr
 import { summarize } from '../../retry-table/signals.js';
 import type { DrainOptions, DrainResult, RetryAuditEntry, RetryChange, RetryFilter, RetryHold, RetryRow, RetryRowInput, RetrySignals, RetryTableDriver } from '../../retry-table/types.js';
 import type { SqliteDatabase } from './driver.js';
-import type { SqliteInternals } from './index.js';
+import type { SqliteInternals } from './internals.js';
 
 /** A WHERE clause's parameters, in `?` order. */
 class Params implements SqlWriter {
