@@ -68,10 +68,14 @@ export function consoleApp(options: ResolvedOptions, data: ConsoleData, jobs: Jo
       if (c.req.method !== 'POST') return c.text('Only GET and POST are used.', 405);
       if (user.role !== 'operator') return c.text(`${user.user} is a viewer: changes need the operator role.`, 403);
       const origin = c.req.header('origin');
-      if (origin !== undefined && origin !== 'null') {
+      // A page of another site, or a sandboxed one (Origin: null), never gets this far.
+      if (origin !== undefined) {
         let same: boolean;
         try {
-          same = new URL(origin).host.toLowerCase() === (c.req.header('host') ?? '').toLowerCase();
+          // Behind a proxy that rewrites Host, the browser's host is in X-Forwarded-Host.
+          const from = new URL(origin).host.toLowerCase();
+          const hosts = [c.req.header('host'), c.req.header('x-forwarded-host')?.split(',')[0]?.trim()].filter((x): x is string => Boolean(x)).map((x) => x.toLowerCase());
+          same = hosts.includes(from);
         } catch {
           same = false;
         }

@@ -111,6 +111,7 @@ describe('console: who may do what', () => {
     // Another user's token is not this user's.
     expect((await post(ops, path, fields, { csrf: await csrfOf(ops, VIEWER) })).status).toBe(403);
     expect((await post(ops, path, fields, { headers: { origin: 'http://evil.example' } })).status).toBe(403);
+    expect((await post(ops, path, fields, { headers: { origin: 'null' } })).status).toBe(403);
     expect(await log.list({ limit: 10 })).toEqual([]);
     expect(await depth(billing.parkedQueue)).toBe(1);
     // A viewer sees no action forms.

@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { createServer, type Server } from 'node:http';
 import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
@@ -6,9 +7,10 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { serve } from '@hono/node-server';
 import express from 'express';
+import Fastify from 'fastify';
 import { Hono } from 'hono';
 import { describe, expect, it } from 'vitest';
-import { onTeardown, testTopology } from '../../test/helpers.js';
+import { AMQP_URL, MGMT_URL, onTeardown, testTopology, waitFor } from '../../test/helpers.js';
 import { run } from '../cli/run.js';
 import { declared, publishParked } from '../park/testing/fixtures.js';
 import { nodeListener, type WarrenConsole } from './index.js';
@@ -69,6 +71,33 @@ describe('console: mounted in a server under a path prefix', () => {
     await exercise(base, ops, consumer);
   });
 
+  it('Express with a body parser in front (as NestJS has by default): the listener rebuilds the form it parsed', async () => {
+    const { ops, consumer } = await setup();
+    const app = express();
+    app.use(express.urlencoded({ extended: false }));
+    app.use('/ops', nodeListener(ops.fetch));
+    const base = await listen(createServer(app));
+    await exercise(base, ops, consumer);
+  });
+
+  it('Fastify', async () => {
+    const { ops, consumer } = await setup();
+    const app = Fastify();
+    const listener = nodeListener(ops.fetch);
+    await app.register(async (f) => {
+      // The console reads its own bodies: Fastify's parsers must leave them alone.
+      f.removeAllContentTypeParsers();
+      f.addContentTypeParser('*', (_req, _payload, done) => done(null));
+      f.all('/ops/*', (req, reply) => {
+        reply.hijack();
+        listener(req.raw, reply.raw);
+      });
+    });
+    const base = await app.listen({ port: 0, host: '127.0.0.1' });
+    onTeardown(() => app.close());
+    await exercise(base, ops, consumer);
+  });
+
   it('Hono', async () => {
     const { ops, consumer } = await setup();
     const app = new Hono();
@@ -107,6 +136,40 @@ describe('warren console on the command line', () => {
     expect(await run(['console', '--listen', 'nonsense'], t.io)).toBe(2);
     expect(t.text().err).toMatch(/--listen: "nonsense" is not host:port/);
   });
+
+  it('with a token it listens beyond loopback: 401 without it, the page with it, a viewer token cannot replay; Ctrl-C stops it', async () => {
+    const root = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+    const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'console', '-t', 'examples/topology.ts', '--listen', '0.0.0.0:0'], {
+      cwd: root,
+      env: { ...process.env, WARREN_AMQP_URL: AMQP_URL, WARREN_MANAGEMENT_URL: MGMT_URL, WARREN_CONSOLE_TOKEN: 'op-token-0123456789abcdef', WARREN_CONSOLE_VIEWER_TOKEN: 'viewer-token-0123456789abc' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+    const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+    onTeardown(async () => {
+      if (child.exitCode === null) child.kill('SIGKILL');
+    });
+    await waitFor(() => /http:\/\/0\.0\.0\.0:\d+\//.test(out) || child.exitCode !== null, 'the console to print its URL', 30_000);
+    const port = /http:\/\/0\.0\.0\.0:(\d+)\//.exec(out)?.[1];
+    expect(port, out).toBeDefined();
+    expect(out).toContain('sign in required');
+    const base = `http://127.0.0.1:${port}`;
+    const none = await fetch(`${base}/`);
+    expect(none.status).toBe(401);
+    expect(none.headers.get('www-authenticate')).toMatch(/^Basic realm=/);
+    const op = await fetch(`${base}/`, { headers: { authorization: 'Bearer op-token-0123456789abcdef' } });
+    expect(op.status).toBe(200);
+    const viewerAuth = { authorization: `Basic ${Buffer.from('vera:viewer-token-0123456789abc').toString('base64')}` };
+    const viewerPage = await fetch(`${base}/actions`, { headers: viewerAuth });
+    expect(await viewerPage.text()).toContain('vera (viewer)');
+    const csrf = /<meta name="warren-csrf" content="([^"]+)">/.exec(await (await fetch(`${base}/actions`, { headers: viewerAuth })).text())?.[1] as string;
+    const replay = await fetch(`${base}/parked/warren.demo.billing/replay`, { method: 'POST', headers: viewerAuth, body: new URLSearchParams({ scope: 'filter', _csrf: csrf }), redirect: 'manual' });
+    expect(replay.status).toBe(403);
+    child.kill('SIGINT');
+    expect(await exited).toBe(0);
+  }, 60_000);
 
   it('hash-password prints a hash the users file accepts', async () => {
     const t = io();

@@ -8,7 +8,23 @@ import { Readable } from 'node:stream';
 /** A fetch-style handler, as `warrenConsole(...).fetch`. */
 export type FetchHandler = (request: Request) => Promise<Response>;
 
-function toRequest(req: IncomingMessage & { originalUrl?: string }): Request {
+/**
+ * The body of a request a framework already read (Express's or NestJS's body parsers):
+ * put back together from what it parsed, since the stream is spent.
+ */
+function parsedBody(req: IncomingMessage & { body?: unknown }): string | Buffer | URLSearchParams | undefined {
+  const body = req.body;
+  if (body === undefined || !req.readableEnded) return undefined;
+  if (typeof body === 'string' || Buffer.isBuffer(body)) return body;
+  if (typeof body !== 'object' || body === null) return undefined;
+  const type = req.headers['content-type'] ?? '';
+  if (type.startsWith('application/json')) return JSON.stringify(body);
+  const form = new URLSearchParams();
+  for (const [k, v] of Object.entries(body as Record<string, unknown>)) for (const one of Array.isArray(v) ? v : [v]) form.append(k, String(one));
+  return form;
+}
+
+function toRequest(req: IncomingMessage & { originalUrl?: string; body?: unknown }): Request {
   // Express strips the mount path from req.url and keeps the full one in originalUrl.
   const path = req.originalUrl ?? req.url ?? '/';
   const host = req.headers.host ?? 'localhost';
@@ -20,6 +36,11 @@ function toRequest(req: IncomingMessage & { originalUrl?: string }): Request {
   }
   const method = req.method ?? 'GET';
   const hasBody = method !== 'GET' && method !== 'HEAD';
+  const parsed = hasBody ? parsedBody(req) : undefined;
+  if (parsed !== undefined) {
+    headers.delete('content-length');
+    return new Request(`http://${host}${path}`, { method, headers, body: parsed });
+  }
   return new Request(`http://${host}${path}`, {
     method,
     headers,

@@ -84,7 +84,7 @@ export const consoleCommand: Command = {
     'trusted-header': { type: 'string', label: '--trusted-header NAME', help: 'take the user name from this header, set by an authenticating proxy' },
     'trusted-role-header': { type: 'string', label: '--trusted-role-header NAME', help: 'with --trusted-header: the header that says viewer or operator; default everyone is a viewer' },
     'base-path': { type: 'string', label: '--base-path PATH', help: 'serve under this path, e.g. /warren behind a proxy; default /' },
-    'audit-file': { type: 'string', label: '--audit-file FILE', help: 'record actions as JSON lines in FILE; default the database\'s action record with --db, else memory' },
+    'audit-file': { type: 'string', label: '--audit-file FILE', help: 'record actions as JSON lines in FILE (env WARREN_AUDIT_FILE); default the database\'s action record with --db, else memory' },
   },
   examples: [
     'warren console -t dist/topology.js',
@@ -121,7 +121,7 @@ export const consoleCommand: Command = {
     const dbGiven = str(ctx.values, 'db') ?? ctx.io.env['WARREN_DB'];
     const db = dbGiven !== undefined && dbGiven.trim() !== '' ? databaseSettings(ctx.values, ctx.io, ctx.broker.connectTimeoutMs) : undefined;
     const store = db ? await openDatabase(db) : undefined;
-    const auditFile = str(ctx.values, 'audit-file');
+    const auditFile = str(ctx.values, 'audit-file') ?? (ctx.io.env['WARREN_AUDIT_FILE']?.trim() || undefined);
     const server: Server = createServer();
     let ops: Awaited<ReturnType<typeof mod.warrenConsole>> | undefined;
     try {

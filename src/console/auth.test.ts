@@ -1,0 +1,41 @@
+import { describe, expect, it } from 'vitest';
+import { anyOf, checkCsrf, csrfToken, parseUsers, tokenAuth, trustedHeaderAuth } from './auth.js';
+
+const req = (headers: Record<string, string>) => new Request('http://x/', { headers });
+const basic = (user: string, password: string) => `Basic ${Buffer.from(`${user}:${password}`).toString('base64')}`;
+
+describe('console auth methods', () => {
+  it('a token as bearer or as the basic password; the operator and viewer tokens give their roles', async () => {
+    const auth = tokenAuth({ operator: 'op-token-0123456789', viewer: 'view-token-0123456789' });
+    expect(await auth(req({ authorization: 'Bearer op-token-0123456789' }))).toEqual({ user: 'token', role: 'operator' });
+    expect(await auth(req({ authorization: basic('alice', 'op-token-0123456789') }))).toEqual({ user: 'alice', role: 'operator' });
+    expect(await auth(req({ authorization: basic('bob', 'view-token-0123456789') }))).toEqual({ user: 'bob', role: 'viewer' });
+    expect(await auth(req({ authorization: 'Bearer op-token-012345678' }))).toBeNull();
+    expect(await auth(req({}))).toBeNull();
+    expect(() => tokenAuth({ operator: 'short' })).toThrow(/shorter than 16 characters/);
+  });
+
+  it('a trusted header names the user; the role header, when named, says the role; anything else is the default', async () => {
+    const auth = trustedHeaderAuth({ userHeader: 'x-forwarded-user', roleHeader: 'x-forwarded-role' });
+    expect(await auth(req({ 'x-forwarded-user': 'carol', 'x-forwarded-role': 'operator' }))).toEqual({ user: 'carol', role: 'operator' });
+    expect(await auth(req({ 'x-forwarded-user': 'dave', 'x-forwarded-role': 'admin' }))).toEqual({ user: 'dave', role: 'viewer' });
+    expect(await auth(req({}))).toBeNull();
+    const both = anyOf(tokenAuth({ operator: 'op-token-0123456789' }), auth);
+    expect(await both(req({ 'x-forwarded-user': 'erin' }))).toEqual({ user: 'erin', role: 'viewer' });
+  });
+
+  it('a users file line that is wrong is named', () => {
+    expect(() => parseUsers('alice:admin:scrypt$1$1$1$a$b\n', 'users.txt')).toThrow(/users\.txt line 1: role "admin"/);
+    expect(() => parseUsers('# nobody\n', 'users.txt')).toThrow(/names no user/);
+    expect(() => parseUsers('alice:operator\n', 'users.txt')).toThrow(/line 1 is not name:role:hash/);
+  });
+
+  it('a CSRF token belongs to one user under one key', () => {
+    const key = Buffer.from('k1');
+    const t = csrfToken(key, 'alice');
+    expect(checkCsrf(key, 'alice', t)).toBe(true);
+    expect(checkCsrf(key, 'bob', t)).toBe(false);
+    expect(checkCsrf(Buffer.from('k2'), 'alice', t)).toBe(false);
+    expect(checkCsrf(key, 'alice', undefined)).toBe(false);
+  });
+});
