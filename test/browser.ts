@@ -93,9 +93,13 @@ export function watchErrors(page: Page, allow: readonly RegExp[] = []): PageErro
   const existing = watched.get(page);
   if (existing) return existing;
   const messages: string[] = [];
+  /** Patterns are matched against `console error: TEXT (URL)` and against a page error's message. */
   const allowed = (text: string) => allow.some((re) => re.test(text)) || extraAllowed.get(page)?.some((re) => re.test(text)) === true;
   page.on('console', (m) => {
-    if (m.type() === 'error' && !allowed(m.text())) messages.push(`console error: ${m.text()} (${m.location().url})`);
+    if (m.type() !== 'error') return;
+    // Matched against the text with the URL it came from, e.g. a 404 names its resource only there.
+    const text = `console error: ${m.text()} (${m.location().url})`;
+    if (!allowed(text)) messages.push(text);
   });
   page.on('pageerror', (e) => {
     if (!allowed(e.message)) messages.push(`page error: ${e.message}`);
