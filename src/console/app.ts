@@ -18,6 +18,9 @@ import { redactText } from './redact.js';
 import { parkedRoutes } from './routes/parked.js';
 import { storeRoutes } from './routes/store.js';
 
+/** The console's icon: a parked-queue square in the alert colour. */
+const FAVICON_SVG = '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect x="2" y="2" width="12" height="12" rx="3" fill="#b3261e"/></svg>';
+
 export const CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
 const SECURITY_HEADERS: Readonly<Record<string, string>> = {
@@ -95,6 +98,10 @@ export function consoleApp(options: ResolvedOptions, data: ConsoleData, jobs: Jo
     await next();
   });
 
+  // A small icon, so a browser's request for one is answered (a 404 is a console error in Chromium).
+  const icon = (c: { body: (data: string, status: 200, headers: Record<string, string>) => Response }) => c.body(FAVICON_SVG, 200, { 'content-type': 'image/svg+xml', 'cache-control': 'max-age=86400' });
+  app.get('/assets/favicon.svg', (c) => icon(c));
+  app.get('/favicon.ico', (c) => icon(c));
   app.get('/assets/console.js', (c) => c.body(CONSOLE_JS, 200, { 'content-type': 'text/javascript; charset=utf-8' }));
   app.get('/assets/console.css', (c) => c.body(CONSOLE_CSS, 200, { 'content-type': 'text/css; charset=utf-8' }));
   app.get('/assets/uplot.js', async (c) => c.body((await uplotAssets()).js, 200, { 'content-type': 'text/javascript; charset=utf-8' }));

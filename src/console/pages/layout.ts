@@ -80,6 +80,7 @@ export function layout(ctx: PageContext, options: LayoutOptions): string {
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="warren-csrf" content="${ctx.csrf}">
 <title>${options.title} · warren</title>
+<link rel="icon" href="${a('/assets/favicon.svg')}" type="image/svg+xml">
 <link rel="stylesheet" href="${a('/assets/console.css')}">
 ${options.charts ? h`<link rel="stylesheet" href="${a('/assets/uplot.css')}">
 <script src="${a('/assets/uplot.js')}" defer></script>` : ''}
