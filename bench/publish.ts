@@ -131,12 +131,18 @@ async function benchBroker(url: string, log: (line: string) => void): Promise<Be
     const admin = await conn.createChannel();
     const version = String((conn.connection as unknown as { serverProperties?: { version?: string } }).serverProperties?.version ?? '?');
     const sizes: Record<Pattern, number> = { window: MESSAGES, serial: SERIAL, burst: MESSAGES };
+    // Client CPU per message beside the rate: on a loaded machine the rate follows the
+    // broker's share of the cores, the CPU this process spends per message does not.
+    const cpu: Record<'warren' | 'bare', Record<Pattern, number[]>> = { warren: { window: [], serial: [], burst: [] }, bare: { window: [], serial: [], burst: [] } };
     const run = async (who: 'warren' | 'bare', pattern: Pattern, n: number): Promise<number> => {
+      const cpuStart = process.cpuUsage();
       const started = performance.now();
       if (who === 'warren') await warrenRun(warren, pattern, n);
       else if (pattern === 'serial') await bareSerial(ch, topology.exchange, n);
       else await barePump(ch, topology.exchange, n);
       const rate = n / ((performance.now() - started) / 1000);
+      const used = process.cpuUsage(cpuStart);
+      cpu[who][pattern].push((used.user + used.system) / n);
       await admin.purgeQueue(queue);
       return rate;
     };
@@ -145,6 +151,7 @@ async function benchBroker(url: string, log: (line: string) => void): Promise<Be
       await run('warren', pattern, Math.min(2000, sizes[pattern]));
       await run('bare', pattern, Math.min(2000, sizes[pattern]));
     }
+    for (const p of PATTERNS) cpu.warren[p].length = cpu.bare[p].length = 0;
     for (const pattern of PATTERNS) {
       const w: number[] = [];
       const b: number[] = [];
@@ -167,6 +174,7 @@ async function benchBroker(url: string, log: (line: string) => void): Promise<Be
         baselineName: 'bare ConfirmChannel',
         goal: '>= 0.95',
       });
+      rows.push({ group: `  same, client CPU`, metric: 'microseconds per message, median', warren: median(cpu.warren[pattern]), baseline: median(cpu.bare[pattern]), baselineName: 'bare ConfirmChannel' });
     }
     if (returned > 0) throw new Error(`${returned} bare publishes were returned unroutable`);
     await ch.close();

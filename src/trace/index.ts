@@ -114,6 +114,9 @@ export function tracePublish<R extends { readonly messageId: string }>(exchange:
     },
   });
   const ctx = (api as Api).trace.setSpan((api as Api).context.active(), span);
+  // A span that records nothing (no SDK, or not sampled) still carries its context into
+  // the headers, but has nothing to end: no second promise per publish for it.
+  if (!span.isRecording()) return send(ctx);
   return send(ctx).then(
     (receipt) => {
       span.setAttribute('messaging.message.id', receipt.messageId);
