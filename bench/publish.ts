@@ -4,8 +4,9 @@
  * occurred-at header, `mandatory`, persistent, through the topic exchange), in the three
  * ways applications call a publisher, on every broker given:
  *
- * - window: the caller keeps up to 256 publishes outstanding itself (256 loops, each
- *   awaiting its publish before the next; bare: a callback pump holding 256 unconfirmed);
+ * - window: the caller keeps up to 256 publishes outstanding itself: 256 loops, each
+ *   awaiting its publish before the next (bare: the same loops around a promise of the
+ *   ConfirmChannel's callback);
  * - serial: each publish awaited before the next (bare: one publish, await its confirm);
  * - burst: the caller starts more publishes at once than the window (warren's
  *   `maxInFlight` 256 holds the rest in line; bare: the same pump as `window`).
@@ -80,6 +81,22 @@ function barePump(ch: amqp.ConfirmChannel, exchange: string, n: number): Promise
   });
 }
 
+/** Bare: one publish, its confirm as a promise. */
+function barePublishOne(ch: amqp.ConfirmChannel, exchange: string, i: number): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    ch.publish(exchange, ROUTING_KEY, Buffer.from(JSON.stringify({ ...PAYLOAD, orderId: i })), bareProperties(), (err: unknown) => (err ? reject(err instanceof Error ? err : new Error(String(err))) : resolve()));
+  });
+}
+
+/** Bare: `WINDOW` loops, each awaiting its publish before the next (the caller keeps the window). */
+async function bareWindow(ch: amqp.ConfirmChannel, exchange: string, n: number): Promise<void> {
+  let next = 0;
+  const caller = async (): Promise<void> => {
+    while (next < n) await barePublishOne(ch, exchange, next++);
+  };
+  await Promise.all(Array.from({ length: WINDOW }, caller));
+}
+
 /** Bare: one publish, then its confirm, then the next. */
 async function bareSerial(ch: amqp.ConfirmChannel, exchange: string, n: number): Promise<void> {
   for (let i = 0; i < n; i++) {
@@ -139,6 +156,7 @@ async function benchBroker(url: string, log: (line: string) => void): Promise<Be
       const started = performance.now();
       if (who === 'warren') await warrenRun(warren, pattern, n);
       else if (pattern === 'serial') await bareSerial(ch, topology.exchange, n);
+      else if (pattern === 'window') await bareWindow(ch, topology.exchange, n);
       else await barePump(ch, topology.exchange, n);
       const rate = n / ((performance.now() - started) / 1000);
       const used = process.cpuUsage(cpuStart);
