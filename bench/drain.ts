@@ -99,6 +99,9 @@ export async function drain(options: { url: string; messages: number; backlog: n
   if (!c) throw new Error('drain topology has no consumer');
   const warren = await Warren.connect({ url, topology, connectionName: 'warren-drain' });
   const feeder = spawn(process.execPath, ['--import', 'tsx', SELF, '--feed', url, c.queue, String(messages), String(backlog)], { stdio: ['pipe', 'inherit', 'inherit'] });
+  // The feeder stops reading once it has sent everything: a count written after that is
+  // of no use to it, and the broken pipe is no failure.
+  feeder.stdin?.on('error', () => undefined);
   let feederFailed: Error | undefined;
   feeder.once('exit', (code) => {
     if (code !== 0) feederFailed = new Error(`the feeder exited ${code}`);
@@ -124,7 +127,7 @@ export async function drain(options: { url: string; messages: number; backlog: n
     let told = 0;
     const tell = setInterval(() => {
       const acked = consumer.stats.acked;
-      if (acked !== told && feeder.stdin?.writable) feeder.stdin.write(`${(told = acked)}\n`);
+      if (acked !== told && feeder.exitCode === null && feeder.stdin?.writable) feeder.stdin.write(`${(told = acked)}\n`);
       if (feederFailed) finish();
     }, 20);
     let nextTenth = tenth;
