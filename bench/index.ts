@@ -4,20 +4,21 @@
  * depend on the machine and on what else runs on it.
  *
  *   npm run bench                 all of them
- *   npm run bench -- core stores  some of them (core, stores, replay, retry, metrics, tracing, console)
+ *   npm run bench -- core stores  some of them (core, publish, stores, replay, retry, metrics, tracing, console)
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { benchConsole } from './console.js';
 import { benchCore } from './consume.js';
 import { benchMetrics } from './metrics.js';
+import { benchPublish } from './publish.js';
 import { benchReplay } from './replay.js';
 import { printRows, type BenchRow } from './report.js';
 import { benchRetryTable } from './retry-table.js';
 import { benchStores } from './stores.js';
 import { benchTracing } from './tracing.js';
 
-const suites: Record<string, () => Promise<BenchRow[]>> = { core: benchCore, stores: benchStores, replay: benchReplay, retry: benchRetryTable, metrics: benchMetrics, tracing: benchTracing, console: benchConsole };
+const suites: Record<string, () => Promise<BenchRow[]>> = { core: benchCore, publish: benchPublish, stores: benchStores, replay: benchReplay, retry: benchRetryTable, metrics: benchMetrics, tracing: benchTracing, console: benchConsole };
 const wanted = process.argv.slice(2).filter((a) => !a.startsWith('-'));
 for (const name of wanted) {
   if (!(name in suites)) {

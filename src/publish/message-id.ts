@@ -11,35 +11,41 @@ const POOL_BYTES = 4096;
 let pool = Buffer.alloc(0);
 let poolOffset = 0;
 
-function random16(): Buffer {
-  if (poolOffset + 16 > pool.length) {
-    pool = randomBytes(POOL_BYTES);
-    poolOffset = 0;
-  }
-  const bytes = pool.subarray(poolOffset, poolOffset + 16);
-  poolOffset += 16;
-  return bytes;
-}
+/** Two hex digits for each byte value. */
+const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, '0'));
 
 /**
  * A UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, then random bits, so ids sort
  * by creation time. Within one millisecond a counter in the random part keeps ids
- * from one process increasing.
+ * from one process increasing. Built straight from the pool's bytes into the string:
+ * a Buffer view, writes into it and `toString('hex')` with slices cost twice as much.
  */
 export function uuidv7(now: number = Date.now()): string {
-  const bytes = random16();
+  if (poolOffset + 16 > pool.length) {
+    pool = randomBytes(POOL_BYTES);
+    poolOffset = 0;
+  }
+  const p = pool;
+  const o = poolOffset;
+  poolOffset += 16;
   if (now <= lastMs) {
     now = lastMs;
     seq = (seq + 1) & 0xfff;
     if (seq === 0) now = ++lastMs;
   } else {
     lastMs = now;
-    seq = bytes.readUInt16BE(6) & 0x7ff;
+    seq = (((p[o + 6] as number) << 8) | (p[o + 7] as number)) & 0x7ff;
   }
-  bytes.writeUIntBE(now, 0, 6);
-  bytes[6] = 0x70 | (seq >> 8);
-  bytes[7] = seq & 0xff;
-  bytes[8] = 0x80 | ((bytes[8] as number) & 0x3f);
-  const hex = bytes.toString('hex');
-  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+  // The 48-bit millisecond count, high 16 bits and low 32 bits.
+  const high = Math.floor(now / 0x1_0000_0000);
+  const low = now >>> 0;
+  const h = HEX as readonly string[];
+  return (
+    (h[(high >>> 8) & 0xff] as string) + (h[high & 0xff] as string) + (h[low >>> 24] as string) + (h[(low >>> 16) & 0xff] as string) + '-' +
+    (h[(low >>> 8) & 0xff] as string) + (h[low & 0xff] as string) + '-' +
+    (h[0x70 | (seq >> 8)] as string) + (h[seq & 0xff] as string) + '-' +
+    (h[0x80 | ((p[o + 8] as number) & 0x3f)] as string) + (h[p[o + 9] as number] as string) + '-' +
+    (h[p[o + 10] as number] as string) + (h[p[o + 11] as number] as string) + (h[p[o + 12] as number] as string) +
+    (h[p[o + 13] as number] as string) + (h[p[o + 14] as number] as string) + (h[p[o + 15] as number] as string)
+  );
 }

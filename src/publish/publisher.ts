@@ -108,7 +108,8 @@ export class Publisher extends EventEmitter {
   private readonly logger: Logger;
   private channel: amqp.ConfirmChannel | undefined;
   private opening: Promise<amqp.ConfirmChannel> | undefined;
-  private readonly pendingByKey = new Map<string, Pending[]>();
+  /** Publishes awaiting their confirm by message id: one entry, or a list when ids repeat. */
+  private readonly pendingByKey = new Map<string, Pending | Pending[]>();
   private inFlight = 0;
   /** Publishes waiting for a slot, oldest first, from `slotHead` on (a queue without O(n) shifts). */
   private slotWaiters: Array<SlotWaiter | undefined> = [];
@@ -172,14 +173,15 @@ export class Publisher extends EventEmitter {
     this.skipEmptySlots();
     if (this.writeWaiters.some((w) => w.deadline <= now)) {
       const keep: WriteWaiter[] = [];
-      for (const w of this.writeWaiters) {
-        if (w.deadline > now) keep.push(w);
-        else w.fail(this.notSent(w.messageId, `the connection's socket did not drain within ${this.confirmTimeoutMs} ms (the broker is not reading it)`, blocked));
-      }
+      const due: WriteWaiter[] = [];
+      for (const w of this.writeWaiters) (w.deadline > now ? keep : due).push(w);
+      // The line is replaced before anyone is failed: a failure frees a slot, and the
+      // publish that takes it may join the line at once.
       this.writeWaiters = keep;
+      for (const w of due) w.fail(this.notSent(w.messageId, `the connection's socket did not drain within ${this.confirmTimeoutMs} ms (the broker is not reading it)`, blocked));
     }
-    for (const list of [...this.pendingByKey.values()]) {
-      for (const entry of [...list]) {
+    for (const value of [...this.pendingByKey.values()]) {
+      for (const entry of Array.isArray(value) ? [...value] : [value]) {
         if (entry.deadline <= now) {
           const why = blocked === undefined ? 'it may be blocked by a memory or disk alarm' : `the broker blocked publishing on this connection: ${blocked}`;
           const late = new Promise<LateAnswer>((r) => (entry.late = r));
@@ -226,9 +228,10 @@ export class Publisher extends EventEmitter {
   }
 
   private onReturn(msg: amqp.Message): void {
-    const list = this.pendingByKey.get(keyOf(msg.properties.messageId as string | undefined));
+    const value = this.pendingByKey.get(keyOf(msg.properties.messageId as string | undefined));
     const { exchange, routingKey } = msg.fields;
-    const entry = list?.find((p) => p.returned === undefined && p.exchange === exchange && p.routingKey === routingKey);
+    const matches = (p: Pending): boolean => p.returned === undefined && p.exchange === exchange && p.routingKey === routingKey;
+    const entry = value === undefined ? undefined : Array.isArray(value) ? value.find(matches) : matches(value) ? value : undefined;
     if (entry) entry.returned = `${(msg.fields as { replyCode?: number }).replyCode ?? 312} ${(msg.fields as { replyText?: string }).replyText ?? 'NO_ROUTE'}`;
   }
 
@@ -238,15 +241,6 @@ export class Publisher extends EventEmitter {
     // Closed meanwhile: a channel opened now would outlive close(), and nothing would close it.
     if (this.closed) throw new ClosedError('The publisher');
     return this.channel ?? this.openChannel(model);
-  }
-
-  /** Takes a slot now (returns nothing) or returns a promise of one, handed over by releaseSlot. */
-  private acquireSlot(messageId: string | undefined, deadline: number): Promise<void> | undefined {
-    if (this.inFlight < this.maxInFlight && this.slotHead === this.slotWaiters.length) {
-      this.inFlight += 1;
-      return undefined;
-    }
-    return new Promise<void>((resolve, reject) => this.slotWaiters.push({ messageId, deadline, go: resolve, fail: reject }));
   }
 
   /** Moves `slotHead` past waiters that gave up, compacting now and then. */
@@ -284,10 +278,18 @@ export class Publisher extends EventEmitter {
    */
   publish(routingKey: string, payload: unknown, options: PublishOptions = {}): Promise<PublishReceipt> {
     const exchange = options.exchange ?? this.exchange;
-    return tracePublish(exchange, routingKey, async (traceContext) => {
-      const { messageId, json, properties } = stampMessage(routingKey, payload, options, traceContext);
-      await this.send({ exchange, routingKey, content: Buffer.from(json), properties });
-      return { messageId };
+    return tracePublish(exchange, routingKey, (traceContext) => {
+      let stamped: ReturnType<typeof stampMessage>;
+      try {
+        stamped = stampMessage(routingKey, payload, options, traceContext);
+      } catch (error) {
+        return Promise.reject(error as Error);
+      }
+      const { messageId, json, properties } = stamped;
+      // Fresh properties of our own: `mandatory` goes on them, no copy at the write.
+      properties.mandatory = true;
+      const receipt: PublishReceipt = { messageId };
+      return this.send({ exchange, routingKey, content: Buffer.from(json), properties }).then(() => receipt);
     });
   }
 
@@ -295,19 +297,37 @@ export class Publisher extends EventEmitter {
    * Publishes a prepared message with confirm and `mandatory`; resolves when confirmed,
    * and settles within `confirmTimeoutMs` of the call. warren moves messages between
    * queues with this.
+   *
+   * One promise per publish, settled from the confirm callback: where nothing has to
+   * wait (a free slot, a channel, a writable socket) the message is written in this
+   * call, with no await in between. The deadline is kept by the publisher's one sweep.
    */
-  async send(message: OutgoingMessage): Promise<void> {
-    if (this.closed) throw new ClosedError('The publisher');
+  send(message: OutgoingMessage): Promise<void> {
+    if (this.closed) return Promise.reject(new ClosedError('The publisher'));
     const deadline = Date.now() + this.confirmTimeoutMs;
-    // No await where nothing has to wait: this runs once per message.
-    const slot = this.acquireSlot(message.properties.messageId, deadline);
-    if (slot) await slot;
-    try {
-      const ch = this.channel ?? (await this.acquireChannel(deadline));
-      await this.sendOn(ch, message, deadline);
-    } finally {
-      this.releaseSlot();
-    }
+    return new Promise<void>((resolve, reject) => {
+      // Settles the publish once it held a slot: the slot goes to the next in line first.
+      const done = (error?: Error): void => {
+        this.releaseSlot();
+        if (error) reject(error);
+        else resolve();
+      };
+      if (this.inFlight < this.maxInFlight && this.slotHead === this.slotWaiters.length) {
+        this.inFlight += 1;
+        this.withSlot(message, deadline, done);
+      } else {
+        // Never held a slot: failing here frees none.
+        this.slotWaiters.push({ messageId: message.properties.messageId, deadline, go: () => this.withSlot(message, deadline, done), fail: reject });
+      }
+    });
+  }
+
+  /** A publish holding a slot: written now if it may be, else in line for the channel or the socket. */
+  private withSlot(message: OutgoingMessage, deadline: number, done: (error?: Error) => void): void {
+    if (this.closed) return done(new ClosedError('The publisher'));
+    const ch = this.channel;
+    if (ch !== undefined) return this.sendOn(ch, message, deadline, done);
+    this.acquireChannel(deadline).then((current) => this.sendOn(current, message, deadline, done), done);
   }
 
   /** True when a write may go out now: the broker has not blocked the connection, the socket drained, nobody is ahead. */
@@ -315,17 +335,15 @@ export class Publisher extends EventEmitter {
     return this.connection.blocked === undefined && this.fullChannel === undefined && this.writeWaiters.length === 0;
   }
 
-  private sendOn(ch: amqp.ConfirmChannel, message: OutgoingMessage, deadline: number): Promise<void> {
-    if (this.writable()) return this.publishOn(ch, message, deadline);
+  private sendOn(ch: amqp.ConfirmChannel, message: OutgoingMessage, deadline: number, done: (error?: Error) => void): void {
+    if (this.writable()) return this.publishOn(ch, message, deadline, done);
     // Wait in line, unwritten: a publish given up here is never written later, so a
     // caller's retry after a timeout does not pile copies into the socket buffers.
-    return new Promise<void>((resolve, reject) => {
-      this.writeWaiters.push({
-        messageId: message.properties.messageId,
-        deadline,
-        fail: reject,
-        write: (current) => void this.publishOn(current, message, deadline).then(resolve, reject),
-      });
+    this.writeWaiters.push({
+      messageId: message.properties.messageId,
+      deadline,
+      fail: done,
+      write: (current) => this.publishOn(current, message, deadline, done),
     });
   }
 
@@ -338,61 +356,73 @@ export class Publisher extends EventEmitter {
     }
   }
 
-  private publishOn(ch: amqp.ConfirmChannel, message: OutgoingMessage, deadline: number): Promise<void> {
+  private forget(entry: Pending): void {
+    const value = this.pendingByKey.get(entry.key);
+    if (value === entry) this.pendingByKey.delete(entry.key);
+    else if (Array.isArray(value)) {
+      const i = value.indexOf(entry);
+      if (i >= 0) value.splice(i, 1);
+      if (value.length === 1) this.pendingByKey.set(entry.key, value[0] as Pending);
+    }
+  }
+
+  private remember(entry: Pending): void {
+    const value = this.pendingByKey.get(entry.key);
+    if (value === undefined) this.pendingByKey.set(entry.key, entry);
+    else if (Array.isArray(value)) value.push(entry);
+    else this.pendingByKey.set(entry.key, [value, entry]);
+  }
+
+  /** Writes the message now and calls `done` once, at the broker's answer or when given up. */
+  private publishOn(ch: amqp.ConfirmChannel, message: OutgoingMessage, deadline: number, done: (error?: Error) => void): void {
     const messageId = message.properties.messageId;
-    const key = keyOf(messageId);
-    return new Promise<void>((resolve, reject) => {
-      let done = false;
-      const entry: Pending = {
-        key,
-        exchange: message.exchange,
-        routingKey: message.routingKey,
-        messageId,
-        deadline,
-        sentAt: Date.now(),
-        settle: (error?: Error) => {
-          // Once: a confirm that comes after the deadline gave the publish up changes nothing.
-          if (done) return;
-          done = true;
-          const list = this.pendingByKey.get(key);
-          if (list) {
-            const i = list.indexOf(entry);
-            if (i >= 0) list.splice(i, 1);
-            if (list.length === 0) this.pendingByKey.delete(key);
-          }
-          if (error) reject(error);
-          else resolve();
+    let settled = false;
+    const entry: Pending = {
+      key: keyOf(messageId),
+      exchange: message.exchange,
+      routingKey: message.routingKey,
+      messageId,
+      deadline,
+      sentAt: Date.now(),
+      settle: (error?: Error) => {
+        // Once: a confirm that comes after the deadline gave the publish up changes nothing.
+        if (settled) return;
+        settled = true;
+        this.forget(entry);
+        done(error);
+        if (this.listenerCount('settled') > 0) {
           try {
             this.emit('settled', error, Date.now() - entry.sentAt);
           } catch {
             // A listener's failure is not the publish's: it is settled already.
           }
-        },
-      };
-      const list = this.pendingByKey.get(key);
-      if (list) list.push(entry);
-      else this.pendingByKey.set(key, [entry]);
-      let writable: boolean;
-      try {
-        writable = ch.publish(message.exchange, message.routingKey, message.content, { ...message.properties, mandatory: true }, (err: unknown) => {
-          const closed = err ? /closed/i.test(err instanceof Error ? err.message : String(err)) : false;
-          entry.late?.(err ? (closed ? 'lost' : 'nacked') : entry.returned !== undefined ? 'returned' : 'confirmed');
-          if (err) {
-            const why = this.closeReasons.get(ch);
-            entry.settle(closed ? new PublishNotConfirmedError(messageId, `the channel closed before the broker confirmed${why ? ` (${why})` : ''}`, { cause: err }) : new PublishNackedError(messageId, { cause: err }));
-          } else if (entry.returned !== undefined) {
-            entry.settle(new UnroutableError(message.exchange, message.routingKey, messageId, entry.returned));
-          } else {
-            entry.settle();
-          }
-        });
-      } catch (error) {
-        entry.settle(new PublishNotConfirmedError(messageId, `the channel refused the publish (${error instanceof Error ? error.message : String(error)})`, { cause: error }));
-        return;
-      }
-      // The channel's write buffer is full: hold further writes until it drains.
-      if (!writable) this.fullChannel = ch;
-    });
+        }
+      },
+    };
+    this.remember(entry);
+    const properties = message.properties.mandatory === true ? message.properties : { ...message.properties, mandatory: true };
+    let writable: boolean;
+    try {
+      writable = ch.publish(message.exchange, message.routingKey, message.content, properties, (err: unknown) => {
+        if (err) {
+          const closed = /closed/i.test(err instanceof Error ? err.message : String(err));
+          entry.late?.(closed ? 'lost' : 'nacked');
+          const why = this.closeReasons.get(ch);
+          entry.settle(closed ? new PublishNotConfirmedError(messageId, `the channel closed before the broker confirmed${why ? ` (${why})` : ''}`, { cause: err }) : new PublishNackedError(messageId, { cause: err }));
+        } else if (entry.returned !== undefined) {
+          entry.late?.('returned');
+          entry.settle(new UnroutableError(message.exchange, message.routingKey, messageId, entry.returned));
+        } else {
+          entry.late?.('confirmed');
+          entry.settle();
+        }
+      });
+    } catch (error) {
+      entry.settle(new PublishNotConfirmedError(messageId, `the channel refused the publish (${error instanceof Error ? error.message : String(error)})`, { cause: error }));
+      return;
+    }
+    // The channel's write buffer is full: hold further writes until it drains.
+    if (!writable) this.fullChannel = ch;
   }
 
   /** Rejects publishes not yet written with ClosedError, waits for outstanding confirms, then closes the channel. */
@@ -402,12 +432,13 @@ export class Publisher extends EventEmitter {
     this.unregister?.();
     this.connection.off('unblocked', this.onUnblocked);
     clearInterval(this.sweeper);
-    for (const w of this.writeWaiters.splice(0)) w.fail(new ClosedError('The publisher'));
-    // Those waiting for a slot too: a slot freed later would send them on after close(),
+    // Those waiting for a slot first: a slot freed later would send them on after close(),
     // with no sweep left to bound them.
-    for (let i = this.slotHead; i < this.slotWaiters.length; i++) this.slotWaiters[i]?.fail(new ClosedError('The publisher'));
+    const slotWaiters = this.slotWaiters.slice(this.slotHead);
     this.slotWaiters = [];
     this.slotHead = 0;
+    for (const w of slotWaiters) w?.fail(new ClosedError('The publisher'));
+    for (const w of this.writeWaiters.splice(0)) w.fail(new ClosedError('The publisher'));
     const ch = this.channel;
     this.channel = undefined;
     if (ch) {

@@ -159,6 +159,8 @@ export function tracePublish<R extends { readonly messageId: string }>(exchange:
   const o = api as Api;
   const span = t.startSpan(`publish ${destinationName(exchange)}`, { kind: 3 /* SpanKind.PRODUCER */, attributes: PUBLISH_ATTRIBUTES.get(exchange) });
   const ctx = o.trace.setSpan(o.context.active(), span);
+  // A span that records nothing (no SDK, or not sampled) still carries its context into
+  // the headers, but has nothing to end: no second promise per publish for it.
   if (!span.isRecording()) return send(ctx);
   span.setAttribute('messaging.operation.name', 'publish');
   span.setAttribute('messaging.rabbitmq.destination.routing_key', routingKey);

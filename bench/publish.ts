@@ -1,0 +1,220 @@
+/**
+ * Publish benchmark: warren's Publisher against a bare amqplib ConfirmChannel doing the
+ * same work per message (a JSON body serialized per message, a message id, the
+ * occurred-at header, `mandatory`, persistent, through the topic exchange), in the three
+ * ways applications call a publisher, on every broker given:
+ *
+ * - window: the caller keeps up to 256 publishes outstanding itself: 256 loops, each
+ *   awaiting its publish before the next (bare: the same loops around a promise of the
+ *   ConfirmChannel's callback);
+ * - serial: each publish awaited before the next (bare: one publish, await its confirm);
+ * - burst: the caller starts more publishes at once than the window (warren's
+ *   `maxInFlight` 256 holds the rest in line; bare: the same pump as `window`).
+ *
+ * Rounds alternate bare and warren (which goes first alternates too), and the median
+ * of each side is reported with the ratio, so drift in a loaded machine favours neither.
+ *
+ * Run alone with `npx tsx bench/publish.ts`. Brokers: WARREN_BENCH_PUBLISH_URLS (comma
+ * separated, default the 3.10 and 4.0 brokers of the development machine,
+ * amqp://guest:guest@127.0.0.1:5672 and :5673). Sizes: WARREN_BENCH_PUBLISH_MESSAGES
+ * (window and burst, default 20,000), WARREN_BENCH_SERIAL_MESSAGES (default 3,000),
+ * WARREN_BENCH_ROUNDS (default 5).
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import { pathToFileURL } from 'node:url';
+import * as amqp from 'amqplib';
+import { defineTopology, HEADER, Warren, type Topology } from '../src/index.js';
+import { printRows, type BenchRow } from './report.js';
+
+const URLS = (process.env['WARREN_BENCH_PUBLISH_URLS'] ?? 'amqp://guest:guest@127.0.0.1:5672,amqp://guest:guest@127.0.0.1:5673').split(',').map((s) => s.trim()).filter(Boolean);
+const MESSAGES = Number(process.env['WARREN_BENCH_PUBLISH_MESSAGES'] ?? 20_000);
+const SERIAL = Number(process.env['WARREN_BENCH_SERIAL_MESSAGES'] ?? 3_000);
+const ROUNDS = Number(process.env['WARREN_BENCH_ROUNDS'] ?? 5);
+const WINDOW = 256;
+const ROUTING_KEY = 'bench.order';
+/** The body every message carries: about 200 bytes of JSON. */
+const PAYLOAD = { orderId: 0, customer: 'c-000042', items: [{ sku: 'SKU-1', qty: 2 }], note: 'x'.repeat(120) };
+
+type Pattern = 'window' | 'serial' | 'burst';
+const PATTERNS: readonly Pattern[] = ['window', 'serial', 'burst'];
+
+/** The properties the bare side stamps: what warren's publisher stamps. */
+function bareProperties(): amqp.Options.Publish {
+  const now = new Date();
+  return {
+    mandatory: true,
+    persistent: true,
+    messageId: randomUUID(),
+    contentType: 'application/json',
+    timestamp: Math.floor(now.getTime() / 1000),
+    headers: { [HEADER.occurredAt]: now.toISOString() },
+  };
+}
+
+/** Bare: a callback pump holding at most `WINDOW` unconfirmed (the window and burst patterns). */
+function barePump(ch: amqp.ConfirmChannel, exchange: string, n: number): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    let sent = 0;
+    let confirmed = 0;
+    let inFlight = 0;
+    let waitingDrain = false;
+    const onConfirm = (err: unknown): void => {
+      if (err) return reject(err instanceof Error ? err : new Error(String(err)));
+      inFlight--;
+      if (++confirmed === n) resolve();
+      else pump();
+    };
+    const pump = (): void => {
+      while (sent < n && inFlight < WINDOW && !waitingDrain) {
+        inFlight++;
+        const ok = ch.publish(exchange, ROUTING_KEY, Buffer.from(JSON.stringify({ ...PAYLOAD, orderId: sent++ })), bareProperties(), onConfirm);
+        if (!ok) {
+          waitingDrain = true;
+          ch.once('drain', () => {
+            waitingDrain = false;
+            pump();
+          });
+        }
+      }
+    };
+    pump();
+  });
+}
+
+/** Bare: one publish, its confirm as a promise. */
+function barePublishOne(ch: amqp.ConfirmChannel, exchange: string, i: number): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    ch.publish(exchange, ROUTING_KEY, Buffer.from(JSON.stringify({ ...PAYLOAD, orderId: i })), bareProperties(), (err: unknown) => (err ? reject(err instanceof Error ? err : new Error(String(err))) : resolve()));
+  });
+}
+
+/** Bare: `WINDOW` loops, each awaiting its publish before the next (the caller keeps the window). */
+async function bareWindow(ch: amqp.ConfirmChannel, exchange: string, n: number): Promise<void> {
+  let next = 0;
+  const caller = async (): Promise<void> => {
+    while (next < n) await barePublishOne(ch, exchange, next++);
+  };
+  await Promise.all(Array.from({ length: WINDOW }, caller));
+}
+
+/** Bare: one publish, then its confirm, then the next. */
+async function bareSerial(ch: amqp.ConfirmChannel, exchange: string, n: number): Promise<void> {
+  for (let i = 0; i < n; i++) {
+    await new Promise<void>((resolve, reject) => {
+      ch.publish(exchange, ROUTING_KEY, Buffer.from(JSON.stringify({ ...PAYLOAD, orderId: i })), bareProperties(), (err: unknown) => (err ? reject(err instanceof Error ? err : new Error(String(err))) : resolve()));
+    });
+  }
+}
+
+async function warrenRun(warren: Warren, pattern: Pattern, n: number): Promise<void> {
+  if (pattern === 'serial') {
+    for (let i = 0; i < n; i++) await warren.publish(ROUTING_KEY, { ...PAYLOAD, orderId: i });
+  } else if (pattern === 'window') {
+    let next = 0;
+    const caller = async (): Promise<void> => {
+      while (next < n) await warren.publish(ROUTING_KEY, { ...PAYLOAD, orderId: next++ });
+    };
+    await Promise.all(Array.from({ length: WINDOW }, caller));
+  } else {
+    const all: Promise<unknown>[] = new Array(n);
+    for (let i = 0; i < n; i++) all[i] = warren.publish(ROUTING_KEY, { ...PAYLOAD, orderId: i });
+    await Promise.all(all);
+  }
+}
+
+function median(values: readonly number[]): number {
+  const s = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 === 1 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
+}
+
+function brokerLabel(url: string): string {
+  const port = new URL(url).port || '5672';
+  return `:${port}`;
+}
+
+/** The three patterns on one broker, bare and warren alternating. */
+async function benchBroker(url: string, log: (line: string) => void): Promise<BenchRow[]> {
+  const prefix = `bench.publish.${Date.now().toString(36)}${randomBytes(2).toString('hex')}`;
+  const topology: Topology = defineTopology({ exchange: `${prefix}.events`, consumers: { [`${prefix}.work`]: { bindings: ['bench.#'] } } });
+  const queue = [...topology.consumers.values()][0]?.queue as string;
+  const warren = await Warren.connect({ url, topology, publisher: { maxInFlight: WINDOW } });
+  const conn = await amqp.connect(url, { noDelay: true });
+  const rows: BenchRow[] = [];
+  try {
+    const ch = await conn.createConfirmChannel();
+    let returned = 0;
+    ch.on('return', () => returned++);
+    const admin = await conn.createChannel();
+    const version = String((conn.connection as unknown as { serverProperties?: { version?: string } }).serverProperties?.version ?? '?');
+    const sizes: Record<Pattern, number> = { window: MESSAGES, serial: SERIAL, burst: MESSAGES };
+    // Client CPU per message beside the rate: on a loaded machine the rate follows the
+    // broker's share of the cores, the CPU this process spends per message does not.
+    const cpu: Record<'warren' | 'bare', Record<Pattern, number[]>> = { warren: { window: [], serial: [], burst: [] }, bare: { window: [], serial: [], burst: [] } };
+    const run = async (who: 'warren' | 'bare', pattern: Pattern, n: number): Promise<number> => {
+      const cpuStart = process.cpuUsage();
+      const started = performance.now();
+      if (who === 'warren') await warrenRun(warren, pattern, n);
+      else if (pattern === 'serial') await bareSerial(ch, topology.exchange, n);
+      else if (pattern === 'window') await bareWindow(ch, topology.exchange, n);
+      else await barePump(ch, topology.exchange, n);
+      const rate = n / ((performance.now() - started) / 1000);
+      const used = process.cpuUsage(cpuStart);
+      cpu[who][pattern].push((used.user + used.system) / n);
+      await admin.purgeQueue(queue);
+      return rate;
+    };
+    // Warm both sides (JIT, the broker's queue process).
+    for (const pattern of PATTERNS) {
+      await run('warren', pattern, Math.min(2000, sizes[pattern]));
+      await run('bare', pattern, Math.min(2000, sizes[pattern]));
+    }
+    for (const p of PATTERNS) cpu.warren[p].length = cpu.bare[p].length = 0;
+    for (const pattern of PATTERNS) {
+      const w: number[] = [];
+      const b: number[] = [];
+      const ratios: number[] = [];
+      for (let round = 0; round < ROUNDS; round++) {
+        const order = round % 2 === 0 ? (['bare', 'warren'] as const) : (['warren', 'bare'] as const);
+        const got: Record<string, number> = {};
+        for (const who of order) got[who] = await run(who, pattern, sizes[pattern]);
+        w.push(got['warren'] as number);
+        b.push(got['bare'] as number);
+        ratios.push((got['warren'] as number) / (got['bare'] as number));
+        log(`${brokerLabel(url)} ${pattern} round ${round + 1}: warren ${Math.round(got['warren'] as number)}/s, bare ${Math.round(got['bare'] as number)}/s, ratio ${(ratios.at(-1) as number).toFixed(3)}`);
+      }
+      const what = { window: `caller keeps ${WINDOW} outstanding`, serial: 'each awaited in turn', burst: `${sizes.burst.toLocaleString('en-US')} at once, window ${WINDOW}` }[pattern];
+      rows.push({
+        group: `publish, ${what}, RabbitMQ ${version} (${brokerLabel(url)})`,
+        metric: `publishes/s, median of ${ROUNDS} (median round ratio ${median(ratios).toFixed(2)})`,
+        warren: median(w),
+        baseline: median(b),
+        baselineName: 'bare ConfirmChannel',
+        goal: '>= 0.95',
+      });
+      rows.push({ group: `  same, client CPU`, metric: 'microseconds per message, median', warren: median(cpu.warren[pattern]), baseline: median(cpu.bare[pattern]), baselineName: 'bare ConfirmChannel' });
+    }
+    if (returned > 0) throw new Error(`${returned} bare publishes were returned unroutable`);
+    await ch.close();
+    await admin.deleteQueue(queue);
+    for (const c of topology.consumers.values()) for (const q of [...c.retryQueues, c.parkedQueue]) await admin.deleteQueue(q);
+    await admin.deleteExchange(topology.exchange);
+    await admin.close();
+  } finally {
+    await warren.close();
+    await conn.close();
+  }
+  return rows;
+}
+
+/** The publish figures on every broker in WARREN_BENCH_PUBLISH_URLS. */
+export async function benchPublish(): Promise<BenchRow[]> {
+  const log = (line: string): void => void process.stderr.write(`bench/publish: ${line}\n`);
+  const rows: BenchRow[] = [];
+  for (const url of URLS) rows.push(...(await benchBroker(url, log)));
+  return rows;
+}
+
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  printRows(await benchPublish());
+}
