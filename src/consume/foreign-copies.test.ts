@@ -1,0 +1,45 @@
+/**
+ * Copies of messages from producers that are not warren, on a real broker: a message
+ * that waits in the retry table comes back with the bytes and properties it came with,
+ * so the decoder reads the same value and messageIdFrom finds the same id.
+ */
+import { describe, expect, it } from 'vitest';
+import type { MessageContext } from '../index.js';
+import { WaitForConditionError } from '../retry-table/index.js';
+import { connectWarren, rawConnection, testTopology, waitFor } from '../../test/helpers.js';
+import { BACKENDS, harness } from '../store/testing/harness.js';
+
+describe.each(BACKENDS)('a message from the retry table: %s', (backend) => {
+  it("keeps bytes that are not UTF-8 (the 'buffer' decoder), its content encoding and app id", async () => {
+    const h = await harness(backend);
+    const store = h.store();
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('bytes')]: { bindings: ['bytes.*'], retry: { delays: [20], maxAttempts: 3 } } } }));
+    const c = [...topology.consumers.values()][0]!;
+    const warren = await connectWarren(topology);
+    const seen: Array<{ payload: Buffer; raw: MessageContext<unknown>['raw']; id: string | undefined }> = [];
+    const consumer = await warren.consume(
+      c.name,
+      (payload: Buffer, ctx) => {
+        seen.push({ payload, raw: ctx.raw, id: ctx.messageId });
+        if (seen.length === 1) throw new WaitForConditionError('archive', { delayMs: 0 });
+      },
+      { decoder: 'buffer', idempotency: store.idempotency(), messageIdFrom: (msg) => `${String(msg.properties.appId)}:${String(msg.properties.headers?.['seq'])}`, retryTable: { table: store.retryTable } },
+    );
+    const scheduler = store.retryTable.scheduler({ publisher: warren.publisher, exchange: topology.exchange, ratePerSecond: 1000, pollMs: 20, relay: { pollMs: 20 } });
+    await scheduler.start();
+    try {
+      // Bytes a UTF-8 text column cannot hold as they are: an invalid sequence and a NUL.
+      const body = Buffer.from([0xff, 0xfe, 0x00, 0x80, 0x41, 0xc3, 0x28]);
+      const ch = await (await rawConnection()).createConfirmChannel();
+      ch.publish(topology.exchange, 'bytes.x', body, { contentType: 'application/octet-stream', contentEncoding: 'deflate', appId: 'legacy', headers: { seq: 7 } });
+      await ch.waitForConfirms();
+      await waitFor(() => consumer.stats.acked === 1, 'the copy from the retry table handled');
+      expect(consumer.stats).toMatchObject({ waiting: 1, acked: 1, parked: 0 });
+      expect(seen.map((s) => s.id)).toEqual(['legacy:7', 'legacy:7']);
+      expect(seen[1]?.payload.equals(body)).toBe(true);
+      expect(seen[1]?.raw.properties).toMatchObject({ contentType: 'application/octet-stream', contentEncoding: 'deflate', appId: 'legacy' });
+    } finally {
+      await scheduler.stop();
+    }
+  });
+});
