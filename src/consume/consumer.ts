@@ -770,9 +770,18 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       await this.park(d, headers, 'max-attempts', recorded, failed + 1);
       return;
     }
+    let rowId = messageId !== undefined && messageId !== '' ? messageId : d.foundId;
+    if (rowId === undefined && this.idReader === undefined && !this.options.idempotency) rowId = uuidv7();
+    if (rowId === undefined) {
+      // No id yet (the decoder did not finish): a row under a made-up id would come back
+      // as a message the guard cannot match with its other copies. The ladder takes it,
+      // and the copy's id is read again when it decodes.
+      await this.retry(d, headers, error, failed, { countAttempt: true });
+      return;
+    }
     const origin = this.origin(d, headers);
     const row = retryRow({
-      messageId: messageId !== undefined && messageId !== '' ? messageId : (d.foundId ?? uuidv7()),
+      messageId: rowId,
       content: d.msg.content,
       properties: d.msg.properties,
       headers: d.trace?.headers(headers) ?? headers,

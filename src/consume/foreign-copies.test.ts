@@ -4,7 +4,7 @@
  * so the decoder reads the same value and messageIdFrom finds the same id.
  */
 import { describe, expect, it } from 'vitest';
-import type { MessageContext } from '../index.js';
+import type { Codec, MessageContext } from '../index.js';
 import { WaitForConditionError } from '../retry-table/index.js';
 import { connectWarren, rawConnection, testTopology, waitFor } from '../../test/helpers.js';
 import { BACKENDS, harness } from '../store/testing/harness.js';
@@ -38,6 +38,41 @@ describe.each(BACKENDS)('a message from the retry table: %s', (backend) => {
       expect(seen.map((s) => s.id)).toEqual(['legacy:7', 'legacy:7']);
       expect(seen[1]?.payload.equals(body)).toBe(true);
       expect(seen[1]?.raw.properties).toMatchObject({ contentType: 'application/octet-stream', contentEncoding: 'deflate', appId: 'legacy' });
+    } finally {
+      await scheduler.stop();
+    }
+  });
+
+  it('a copy whose decoder timed out keeps the id messageIdFrom finds, so the guard dedups it against another copy', async () => {
+    const h = await harness(backend);
+    const store = h.store();
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('slow')]: { bindings: ['slow.*'], retry: { delays: [20], maxAttempts: 3 } } } }));
+    const c = [...topology.consumers.values()][0]!;
+    const warren = await connectWarren(topology);
+    let decodes = 0;
+    // The first decode never settles: the consumer's timeout ends it, and a broad rule sends it to the table.
+    const codec: Codec = { name: 'slow-json', decode: (body) => (decodes++ === 0 ? new Promise(() => undefined) : Promise.resolve(JSON.parse(body.toString('utf8')))) };
+    const handled: Array<string | undefined> = [];
+    const consumer = await warren.consume(
+      c.name,
+      (_payload: unknown, ctx) => {
+        handled.push(ctx.messageId);
+      },
+      { decoder: codec, timeoutMs: 300, idempotency: store.idempotency(), messageIdFrom: { header: 'x-request-id' }, retryTable: { table: store.retryTable, rules: [{ when: Error, dependency: 'anything' }], delayMs: 0 } },
+    );
+    const scheduler = store.retryTable.scheduler({ publisher: warren.publisher, exchange: topology.exchange, ratePerSecond: 1000, pollMs: 20, relay: { pollMs: 20 } });
+    await scheduler.start();
+    try {
+      const ch = await (await rawConnection()).createConfirmChannel();
+      // The producer sends the same message twice (the guard is there for that).
+      ch.publish(topology.exchange, 'slow.x', Buffer.from('{"n":1}'), { headers: { 'x-request-id': 'req-1' } });
+      await ch.waitForConfirms();
+      await waitFor(() => consumer.stats.waiting + consumer.stats.retried === 1, 'the first copy timed out in its decoder');
+      ch.publish(topology.exchange, 'slow.x', Buffer.from('{"n":1}'), { headers: { 'x-request-id': 'req-1' } });
+      await ch.waitForConfirms();
+      await waitFor(() => consumer.stats.acked + consumer.stats.duplicate + consumer.stats.parked === 2, 'both copies settled');
+      expect(handled).toEqual(['req-1']);
+      expect(consumer.stats).toMatchObject({ acked: 1, duplicate: 1, parked: 0 });
     } finally {
       await scheduler.stop();
     }
