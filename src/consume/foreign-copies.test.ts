@@ -77,4 +77,33 @@ describe.each(BACKENDS)('a message from the retry table: %s', (backend) => {
       await scheduler.stop();
     }
   });
+
+  it('an id from messageIdFrom longer than the 255 bytes of an AMQP message id is no id: parked, not stored in the table where it could not be sent back', async () => {
+    const h = await harness(backend);
+    const store = h.store();
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('long')]: { bindings: ['long.*'], retry: { delays: [20], maxAttempts: 3 } } } }));
+    const c = [...topology.consumers.values()][0]!;
+    const warren = await connectWarren(topology);
+    let calls = 0;
+    const consumer = await warren.consume(
+      c.name,
+      () => {
+        if (calls++ === 0) throw new WaitForConditionError('archive', { delayMs: 0 });
+      },
+      { idempotency: store.idempotency(), messageIdFrom: { header: 'x-request-id' }, retryTable: { table: store.retryTable } },
+    );
+    const scheduler = store.retryTable.scheduler({ publisher: warren.publisher, exchange: topology.exchange, ratePerSecond: 1000, pollMs: 20, relay: { pollMs: 20 } });
+    await scheduler.start();
+    try {
+      // 200 characters, 400 bytes in UTF-8.
+      const ch = await (await rawConnection()).createConfirmChannel();
+      ch.publish(topology.exchange, 'long.x', Buffer.from('{"n":1}'), { headers: { 'x-request-id': '\u00e9'.repeat(200) } });
+      await ch.waitForConfirms();
+      await waitFor(() => consumer.stats.parked + consumer.stats.acked === 1, 'the message parked or handled');
+      expect(consumer.stats).toMatchObject({ parked: 1, waiting: 0, acked: 0 });
+      expect(calls).toBe(0);
+    } finally {
+      await scheduler.stop();
+    }
+  });
 });
