@@ -4,7 +4,8 @@
  * so the decoder reads the same value and messageIdFrom finds the same id.
  */
 import { describe, expect, it } from 'vitest';
-import type { Codec, MessageContext } from '../index.js';
+import { PermanentError, type Codec, type MessageContext } from '../index.js';
+import { replayParked } from '../park/operations.js';
 import { WaitForConditionError } from '../retry-table/index.js';
 import { connectWarren, rawConnection, testTopology, waitFor } from '../../test/helpers.js';
 import { BACKENDS, harness } from '../store/testing/harness.js';
@@ -105,5 +106,39 @@ describe.each(BACKENDS)('a message from the retry table: %s', (backend) => {
     } finally {
       await scheduler.stop();
     }
+  });
+});
+
+describe('a parked message from a producer that sets no id', () => {
+  it('replayed after another copy was handled, it is found under the same id and acked as a duplicate', async () => {
+    const store = (await harness('sqlite')).store();
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('replayed')]: { bindings: ['replayed.*'], retry: { delays: [20], maxAttempts: 3 } } } }));
+    const c = [...topology.consumers.values()][0]!;
+    const warren = await connectWarren(topology);
+    const handled: Array<string | undefined> = [];
+    let broken = true;
+    const consumer = await warren.consume(
+      c.name,
+      (_payload: unknown, ctx) => {
+        if (broken) throw new PermanentError('the first copy fails');
+        handled.push(ctx.messageId);
+      },
+      { decoder: 'text', idempotency: store.idempotency(), messageIdFrom: { header: 'x-request-id' } },
+    );
+    const conn = await rawConnection();
+    const ch = await conn.createConfirmChannel();
+    const send = async (): Promise<void> => {
+      ch.publish(topology.exchange, 'replayed.x', Buffer.from('caf\u00e9', 'latin1'), { contentType: 'text/plain; charset=iso-8859-1', headers: { 'x-request-id': 'req-p' } });
+      await ch.waitForConfirms();
+    };
+    await send();
+    await waitFor(() => consumer.stats.parked === 1, 'the first copy parked');
+    broken = false;
+    await send();
+    await waitFor(() => consumer.stats.acked === 1, 'the second copy handled');
+    await replayParked(conn, c);
+    await waitFor(() => consumer.stats.duplicate === 1, 'the replayed copy acked as a duplicate');
+    expect(handled).toEqual(['req-p']);
+    expect(consumer.stats).toMatchObject({ acked: 1, duplicate: 1, parked: 1 });
   });
 });
