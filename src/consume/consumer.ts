@@ -524,9 +524,18 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     const policy = this.options.retryTable as RetryTablePolicy<T>;
     const messageId = idOf(d);
     const recordedInfo = describeFailure(decision.error);
+    let rowId = messageId;
+    if (rowId === undefined && this.idReader === undefined && !this.options.idempotency) rowId = uuidv7();
+    if (rowId === undefined) {
+      // No id yet (the decoder did not finish): a row under a made-up id would come back
+      // as a message the guard cannot match with its other copies. The ladder takes it,
+      // and the copy's id is read again when it decodes.
+      await this.apply(d, headers, this.decide(d, headers, decision.attempts, { kind: 'not-stored', error: decision.cause, outage: false }));
+      return;
+    }
     const origin = originHeaders(headers, d.msg.fields);
     const row = retryRow({
-      messageId: messageId !== undefined && messageId !== '' ? messageId : (d.foundId ?? uuidv7()),
+      messageId: rowId,
       content: d.msg.content,
       properties: d.msg.properties,
       headers: d.trace?.headers(headers) ?? headers,

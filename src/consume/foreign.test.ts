@@ -240,6 +240,8 @@ describe('pure parts', () => {
     expect(header.read(msg({ id: Buffer.from('b') }), undefined)).toEqual({ id: 'b' });
     expect(header.read(msg({ id: '' }), undefined)).toMatchObject({ id: undefined, why: "the header 'id' is empty" });
     expect(header.read(msg({ id: 'x'.repeat(256) }), undefined)).toMatchObject({ why: /256 characters long, more than 255/ });
+    expect(header.read(msg({ id: '\u00e9'.repeat(128) }), undefined)).toMatchObject({ why: /256 bytes long in UTF-8, more than the 255 of an AMQP message id/ });
+    expect(header.read(msg({ id: '\u00e9'.repeat(127) }), undefined)).toEqual({ id: '\u00e9'.repeat(127) });
     const field = messageIdReader({ field: 'a.b' })!;
     expect(field.read(msg({}), { a: { b: 'c' } })).toEqual({ id: 'c' });
     expect(field.read(msg({}), { a: Object.create({ b: 'inherited' }) })).toMatchObject({ why: "the payload field 'a.b' is absent" });

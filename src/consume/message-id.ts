@@ -19,7 +19,7 @@ export type MessageIdSource =
   | { readonly field: string }
   | ((msg: amqp.Message, payload: unknown) => string | undefined);
 
-/** The longest id kept: the AMQP `message-id` property is a short string too. */
+/** The longest id kept, in characters and in UTF-8 bytes: the AMQP `message-id` property is a short string (255 bytes). */
 export const MAX_MESSAGE_ID_CHARS = 255;
 
 /** What {@link MessageIdReader.read} found: an id, or why there is none. */
@@ -52,6 +52,9 @@ function asId(value: unknown, where: string): MessageIdResult {
   if (id === undefined) return { id: undefined, why: `${where} holds ${describeValue(value)}, not a text or number id` };
   if (id.length === 0) return { id: undefined, why: `${where} is empty` };
   if (id.length > MAX_MESSAGE_ID_CHARS) return { id: undefined, why: `${where} is ${id.length} characters long, more than ${MAX_MESSAGE_ID_CHARS}` };
+  // A copy sent back (the retry table) carries the id as its message-id property: 255 bytes at most.
+  const bytes = Buffer.byteLength(id, 'utf8');
+  if (bytes > MAX_MESSAGE_ID_CHARS) return { id: undefined, why: `${where} is ${bytes} bytes long in UTF-8, more than the ${MAX_MESSAGE_ID_CHARS} of an AMQP message id` };
   return { id };
 }
 

@@ -36,7 +36,7 @@ export interface StampedMessage {
 
 /**
  * The one set of rules for a message warren sends, used by the publisher and the
- * outbox alike: a routing key of 1 to 255 characters (0 to 255 with an explicit
+ * outbox alike: a routing key of 1 to 255 bytes (0 to 255 with an explicit
  * `exchange`, for a fanout or headers exchange), a JSON payload, a UUIDv7 id unless
  * given, the `warren-occurred-at` header, JSON content type, persistent delivery and the
  * AMQP timestamp in seconds, and the trace context (`traceparent`, when an OpenTelemetry
@@ -46,8 +46,8 @@ export interface StampedMessage {
 export function stampMessage(routingKey: string, payload: unknown, options: PublishOptions = {}, traceContext?: unknown): StampedMessage {
   // An empty key is a mistake on the default (topic) exchange, and normal on a fanout or headers one.
   const min = options.exchange !== undefined ? 0 : 1;
-  if (typeof routingKey !== 'string' || routingKey.length < min || routingKey.length > 255) {
-    throw new InvalidOptionError('routingKey', `${JSON.stringify(routingKey)} is not a routing key of ${min} to 255 characters`, min === 1 ? "An empty key is accepted only with an explicit `exchange` option (a fanout or headers exchange)." : undefined);
+  if (typeof routingKey !== 'string' || routingKey.length < min || Buffer.byteLength(routingKey, 'utf8') > 255) {
+    throw new InvalidOptionError('routingKey', `${JSON.stringify(routingKey)} is not a routing key of ${min} to 255 bytes in UTF-8`, min === 1 ? "An empty key is accepted only with an explicit `exchange` option (a fanout or headers exchange)." : undefined);
   }
   let json: string;
   try {
@@ -58,8 +58,9 @@ export function stampMessage(routingKey: string, payload: unknown, options: Publ
     throw new InvalidOptionError('payload', `it cannot be encoded as JSON (${error instanceof Error ? error.message : String(error)})`);
   }
   const messageId = options.messageId ?? uuidv7();
-  if (typeof messageId !== 'string' || messageId.length === 0 || messageId.length > 255) {
-    throw new InvalidOptionError('messageId', `${JSON.stringify(messageId)} is not a message id of 1 to 255 characters`);
+  // AMQP short strings: 255 bytes, which an outbox row over the bound could never be sent in.
+  if (typeof messageId !== 'string' || messageId.length === 0 || Buffer.byteLength(messageId, 'utf8') > 255) {
+    throw new InvalidOptionError('messageId', `${JSON.stringify(messageId)} is not a message id of 1 to 255 bytes in UTF-8`);
   }
   const occurredAt = options.occurredAt ?? new Date();
   if (!(occurredAt instanceof Date) || Number.isNaN(occurredAt.getTime())) throw new InvalidOptionError('occurredAt', 'expected a valid Date');

@@ -2,6 +2,7 @@
  * A failed delivery as a retry-table row: pure, so what is stored (and sent back later)
  * can be tested without a broker or a database.
  */
+import { TextDecoder } from 'node:util';
 import { HEADER } from '../headers.js';
 import { failureHeaders, type FailureInfo } from '../park/failure.js';
 import { BROKER_HEADERS } from '../park/message.js';
@@ -12,7 +13,7 @@ import type { WaitDecision } from './wait.js';
 export interface RetryRowSource {
   readonly messageId: string;
   readonly content: Buffer;
-  readonly properties: { readonly contentType?: unknown; readonly timestamp?: unknown; readonly correlationId?: unknown; readonly type?: unknown };
+  readonly properties: { readonly contentType?: unknown; readonly contentEncoding?: unknown; readonly appId?: unknown; readonly timestamp?: unknown; readonly correlationId?: unknown; readonly type?: unknown };
   /** The delivery's headers, as received. */
   readonly headers: Readonly<Record<string, unknown>>;
   /** Exchange and routing key the message was first published with. */
@@ -26,6 +27,24 @@ export interface RetryRowSource {
   readonly failure: FailureInfo;
   readonly decision: WaitDecision;
   readonly now: Date;
+}
+
+/** Body text, or a throw when the bytes are not UTF-8 (`toString` would replace them). */
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
+/**
+ * A body as a text column holds it: the UTF-8 text when that gives back the same bytes,
+ * else base64 (a decoder other than JSON reads bytes, and a lossy copy would come back
+ * as another message).
+ */
+export function storableBody(content: Buffer): { text: string; base64: boolean } {
+  try {
+    const text = utf8.decode(content);
+    if (!text.includes('\u0000')) return { text, base64: false };
+  } catch {
+    // not UTF-8: base64 below
+  }
+  return { text: content.toString('base64'), base64: true };
 }
 
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
@@ -74,6 +93,10 @@ export function retryRow(s: RetryRowSource): RetryRowInput {
   };
   if (typeof p.correlationId === 'string') stored['correlationId'] = storableText(p.correlationId);
   if (typeof p.type === 'string') stored['type'] = storableText(p.type);
+  if (typeof p.contentEncoding === 'string') stored['contentEncoding'] = storableText(p.contentEncoding);
+  if (typeof p.appId === 'string') stored['appId'] = storableText(p.appId);
+  const body = storableBody(s.content);
+  if (body.base64) stored['bodyEncoding'] = 'base64';
   return {
     messageId: storableText(s.messageId),
     correlationId: typeof p.correlationId === 'string' ? storableText(p.correlationId) : null,
@@ -82,7 +105,7 @@ export function retryRow(s: RetryRowSource): RetryRowInput {
     parkedQueue: s.parkedQueue,
     exchange: storableText(s.exchange),
     routingKey: storableText(s.routingKey),
-    content: storableText(s.content.toString('utf8')),
+    content: body.text,
     properties: JSON.stringify(stored),
     attempt: s.waits,
     nextAttemptAt: s.decision.nextAttemptAt,

@@ -17,7 +17,11 @@ export interface RetryRowInput {
   /** Exchange and routing key the message was first published with. */
   readonly exchange: string;
   readonly routingKey: string;
-  /** The message body, as UTF-8 text (it decoded as JSON, so it is text). */
+  /**
+   * The message body: its UTF-8 text, or base64 when the bytes are not UTF-8 or hold a
+   * NUL (a `'buffer'`, `'text'` or codec decoder reads bodies that are not JSON); the
+   * properties then hold `bodyEncoding: 'base64'`.
+   */
   readonly content: string;
   /** JSON of the AMQP properties the message goes back with (headers included). */
   readonly properties: string;

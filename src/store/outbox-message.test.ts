@@ -27,6 +27,12 @@ describe('outbox records', () => {
     });
   });
 
+  it('refuses a message id or routing key over the 255 bytes AMQP holds, counted in UTF-8 (the relay could never send it)', () => {
+    expect(() => outboxRecord('k', {}, { messageId: '\u00e9'.repeat(200) })).toThrow(/`messageId`: .* is not a message id of 1 to 255 bytes in UTF-8/);
+    expect(() => outboxRecord('\u00e9'.repeat(200), {})).toThrow(/`routingKey`: .* is not a routing key of 1 to 255 bytes in UTF-8/);
+    expect(outboxRecord('\u00e9'.repeat(127), {}, { messageId: '\u00e9'.repeat(127) }).messageId).toBe('\u00e9'.repeat(127));
+  });
+
   it('keeps a given message id and exchange', () => {
     const r = outboxRecord('a.b', null, { messageId: 'fixed', exchange: 'other' });
     expect(r.messageId).toBe('fixed');

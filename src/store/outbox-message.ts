@@ -10,6 +10,10 @@ interface StoredProperties {
   headers: Record<string, unknown>;
   correlationId?: string;
   type?: string;
+  contentEncoding?: string;
+  appId?: string;
+  /** `'base64'`: the row's content is the body's bytes in base64 (a retry-table row whose body is not UTF-8). */
+  bodyEncoding?: 'base64';
 }
 
 /** What an outbox row holds, before the database gives it an id. */
@@ -74,7 +78,10 @@ export function outgoingMessage(row: OutboxRecord, defaultExchange: string): Out
   };
   if (stored.correlationId !== undefined) properties.correlationId = stored.correlationId;
   if (stored.type !== undefined) properties.type = stored.type;
-  return { exchange: row.exchange ?? defaultExchange, routingKey: row.routingKey, content: Buffer.from(row.content, 'utf8'), properties };
+  if (stored.contentEncoding !== undefined) properties.contentEncoding = stored.contentEncoding;
+  if (stored.appId !== undefined) properties.appId = stored.appId;
+  const content = Buffer.from(row.content, stored.bodyEncoding === 'base64' ? 'base64' : 'utf8');
+  return { exchange: row.exchange ?? defaultExchange, routingKey: row.routingKey, content, properties };
 }
 
 /** The headers of a row's stored properties; none when they do not parse. */
