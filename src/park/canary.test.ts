@@ -134,3 +134,19 @@ describe('canaryReplay options', () => {
     await expect(canaryReplay(conn, t.consumer('billing'), { windowMs: -1 })).rejects.toThrow(/windowMs/);
   });
 });
+
+describe('canaryReplay on a parked queue longer than maxHeld (classic)', () => {
+  it('a canary that parks again past what the browse can hold is not called a success', async () => {
+    const g = await parkedGroup('classic');
+    // The handler still fails: the canary parks again at the tail, behind nine others.
+    // With maxHeld 5 (10,000 by default: a parked queue that long is an ordinary
+    // incident), the canary's browse never reaches the tail.
+    const canary = await canaryReplay(g.conn, g.billing, { filter: { fingerprint: g.fingerprint }, count: 1, maxHeld: 5, windowMs: 2000, pollMs: 100 });
+    const parked = (await listParked(g.conn, g.billing)).messages;
+    expect(parked.filter((m) => m.replays === 1).map((m) => m.messageId)).toEqual([g.ids[0]]);
+    expect(g.billingDone).toEqual([]);
+    // It failed again; the window's end is no evidence of success when the browse was cut short.
+    expect(canary).toMatchObject({ verdict: 'unknown', succeeded: 0 });
+    expect(canary.canaries.map((c) => [c.outcome, c.evidence])).toEqual([['unknown', 'not-examined']]);
+  });
+});
