@@ -38,6 +38,29 @@ describe.each(['classic', 'quorum'] as const)('two replays of one parked queue a
     expect(replayed.length).toBeLessThanOrEqual(80);
   });
 
+  it('a replay stopped mid-way: its count is what reached the queue, the rest stay parked', async () => {
+    const t = testTopology(({ exchange, name }) => ({ exchange, queueType, consumers: { billing: { queue: name('billing'), bindings: ['order.*'] } } }));
+    const billing = t.consumer('billing');
+    const conn = await declared(t);
+    const ids = await publishParked(conn, t, billing, failures(100));
+    const stop = new AbortController();
+    const result = await replayParked(conn, billing, {
+      ratePerSecond: 200,
+      signal: stop.signal,
+      onProgress: (p) => {
+        if (p.published >= 20) stop.abort();
+      },
+    });
+    const replayed = (await drain(conn, billing.queue)).map((m) => m.properties.messageId as string);
+    const left = await peekIds(conn, billing.parkedQueue);
+    expect(result.stopReason).toBe('aborted');
+    expect(result.replayed).toBe(replayed.length);
+    expect(replayed.length).toBeGreaterThanOrEqual(20);
+    expect(replayed.length).toBeLessThan(100);
+    expect([...replayed, ...left].sort()).toEqual([...ids].sort());
+    expect(new Set(replayed).size).toBe(replayed.length);
+  });
+
   it('a canary and its continuation replay each message once', async () => {
     const t = testTopology(({ exchange, name }) => ({ exchange, queueType, consumers: { billing: { queue: name('billing'), bindings: ['order.*'] } } }));
     const billing = t.consumer('billing');
