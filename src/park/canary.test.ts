@@ -150,3 +150,54 @@ describe('canaryReplay on a parked queue longer than maxHeld (classic)', () => {
     expect(canary.canaries.map((c) => [c.outcome, c.evidence])).toEqual([['unknown', 'not-examined']]);
   });
 });
+
+describe('a canary that parks again while the rest is being replayed', () => {
+  it.each(['classic', 'quorum'] as const)('is not replayed a second time by continueCanary (%s)', async (queueType) => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, queueType, consumers: { billing: { queue: name('billing'), bindings: ['order.created'] } } }));
+    const warren = await connectWarren(topology);
+    const gate = { open: false, release: () => {} };
+    const held = new Promise<void>((r) => (gate.release = r));
+    const seen: string[] = [];
+    let broken = true;
+    let canaryParkedAgain = false;
+    const onOutcome = (o: { kind: string; messageId?: string | undefined; attempts?: number }) => {
+      if (o.kind === 'parked' && o.messageId === canaryId && !broken) canaryParkedAgain = true;
+    };
+    await warren.consume('billing', async (_p: unknown, ctx: MessageContext<unknown>) => {
+      seen.push(ctx.messageId ?? '');
+      if (broken) throw new PermanentError('carrier rejected the order');
+      if ((ctx.headers['warren-replays'] ?? 0) !== 0 && ctx.messageId === canaryId) {
+        // The canary's second run is held until the continuation has begun, then fails.
+        await held;
+        throw new PermanentError('still rejected');
+      }
+    }, { onOutcome } as never);
+    const ids: string[] = [];
+    for (let i = 0; i < 30; i++) ids.push((await warren.publish('order.created', { orderId: i })).messageId);
+    const canaryId = ids[0];
+    const conn = await fastConnection();
+    const billing = topology.consumer('billing');
+    await waitFor(async () => (await listParked(conn, billing)).messages.length === 30, 'thirty parked');
+    broken = false;
+    // A short window: the canary is still running (held) when it ends, so it counts as succeeded.
+    const canary = await canaryReplay(conn, billing, { count: 1, windowMs: 100, pollMs: 50 });
+    expect(canary.canaries.map((c) => c.outcome)).toEqual(['succeeded']);
+    let parkedAgainDuring = false;
+    const rest = await continueCanary(conn, billing, canary, {
+      ratePerSecond: 10,
+      onProgress: (p) => {
+        if (p.published === 1) gate.release();
+        if (p.published === 25) parkedAgainDuring = canaryParkedAgain;
+      },
+    });
+    // The canary was parked again while the continuation was still walking the queue.
+    expect(parkedAgainDuring).toBe(true);
+    await waitFor(() => seen.length >= 30 + 1 + 29, 'the rest handled');
+    await waitFor(async () => (await peekIds(conn, billing.parkedQueue)).length === 1, 'the canary parked again');
+    // The canary ran twice: its first failure and the canary run. Not a third time.
+    expect(rest.replayed).toBe(29);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(seen.filter((id) => id === canaryId)).toHaveLength(2);
+    expect(await peekIds(conn, billing.parkedQueue)).toEqual([canaryId]);
+  });
+});
