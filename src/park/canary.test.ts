@@ -134,3 +134,70 @@ describe('canaryReplay options', () => {
     await expect(canaryReplay(conn, t.consumer('billing'), { windowMs: -1 })).rejects.toThrow(/windowMs/);
   });
 });
+
+describe('canaryReplay on a parked queue longer than maxHeld (classic)', () => {
+  it('a canary that parks again past what the browse can hold is not called a success', async () => {
+    const g = await parkedGroup('classic');
+    // The handler still fails: the canary parks again at the tail, behind nine others.
+    // With maxHeld 5 (10,000 by default: a parked queue that long is an ordinary
+    // incident), the canary's browse never reaches the tail.
+    const canary = await canaryReplay(g.conn, g.billing, { filter: { fingerprint: g.fingerprint }, count: 1, maxHeld: 5, windowMs: 2000, pollMs: 100 });
+    const parked = (await listParked(g.conn, g.billing)).messages;
+    expect(parked.filter((m) => m.replays === 1).map((m) => m.messageId)).toEqual([g.ids[0]]);
+    expect(g.billingDone).toEqual([]);
+    // It failed again; the window's end is no evidence of success when the browse was cut short.
+    expect(canary).toMatchObject({ verdict: 'unknown', succeeded: 0 });
+    expect(canary.canaries.map((c) => [c.outcome, c.evidence])).toEqual([['unknown', 'not-examined']]);
+  });
+});
+
+describe('a canary that parks again while the rest is being replayed', () => {
+  it.each(['classic', 'quorum'] as const)('is not replayed a second time by continueCanary (%s)', async (queueType) => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, queueType, consumers: { billing: { queue: name('billing'), bindings: ['order.created'] } } }));
+    const warren = await connectWarren(topology);
+    const gate = { open: false, release: () => {} };
+    const held = new Promise<void>((r) => (gate.release = r));
+    const seen: string[] = [];
+    let broken = true;
+    let canaryParkedAgain = false;
+    const onOutcome = (o: { kind: string; messageId?: string | undefined; attempts?: number }) => {
+      if (o.kind === 'parked' && o.messageId === canaryId && !broken) canaryParkedAgain = true;
+    };
+    await warren.consume('billing', async (_p: unknown, ctx: MessageContext<unknown>) => {
+      seen.push(ctx.messageId ?? '');
+      if (broken) throw new PermanentError('carrier rejected the order');
+      if ((ctx.headers['warren-replays'] ?? 0) !== 0 && ctx.messageId === canaryId) {
+        // The canary's second run is held until the continuation has begun, then fails.
+        await held;
+        throw new PermanentError('still rejected');
+      }
+    }, { onOutcome } as never);
+    const ids: string[] = [];
+    for (let i = 0; i < 30; i++) ids.push((await warren.publish('order.created', { orderId: i })).messageId);
+    const canaryId = ids[0];
+    const conn = await fastConnection();
+    const billing = topology.consumer('billing');
+    await waitFor(async () => (await listParked(conn, billing)).messages.length === 30, 'thirty parked');
+    broken = false;
+    // A short window: the canary is still running (held) when it ends, so it counts as succeeded.
+    const canary = await canaryReplay(conn, billing, { count: 1, windowMs: 100, pollMs: 50 });
+    expect(canary.canaries.map((c) => c.outcome)).toEqual(['succeeded']);
+    let parkedAgainDuring = false;
+    const rest = await continueCanary(conn, billing, canary, {
+      ratePerSecond: 10,
+      onProgress: (p) => {
+        if (p.published === 1) gate.release();
+        if (p.published === 25) parkedAgainDuring = canaryParkedAgain;
+      },
+    });
+    // The canary was parked again while the continuation was still walking the queue.
+    expect(parkedAgainDuring).toBe(true);
+    await waitFor(() => seen.length >= 30 + 1 + 29, 'the rest handled');
+    await waitFor(async () => (await peekIds(conn, billing.parkedQueue)).length === 1, 'the canary parked again');
+    // The canary ran twice: its first failure and the canary run. Not a third time.
+    expect(rest.replayed).toBe(29);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(seen.filter((id) => id === canaryId)).toHaveLength(2);
+    expect(await peekIds(conn, billing.parkedQueue)).toEqual([canaryId]);
+  });
+});

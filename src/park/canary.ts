@@ -54,8 +54,11 @@ export interface CanaryOptions extends Pick<ReplayOptions, 'filter' | 'actor' | 
  * - `processed`: the idempotency store has its marker: it succeeded.
  * - `window`: the window ended and it was not parked again: taken as succeeded.
  * - `no-message-id`: it has no message id, so it cannot be told from others: not watched.
+ * - `not-examined`: the window ended, but the parked queue held more than `maxHeld`
+ *   messages, so its tail (where a canary that failed again lands) was never read:
+ *   unknown, not taken as succeeded.
  */
-export type CanaryEvidence = 'parked-again' | 'processed' | 'window' | 'no-message-id';
+export type CanaryEvidence = 'parked-again' | 'processed' | 'window' | 'no-message-id' | 'not-examined';
 
 /** One replayed canary and what became of it. */
 export interface CanaryMessage {
@@ -190,6 +193,7 @@ export async function canaryReplay(model: amqp.ChannelModel, target: CanaryTarge
   }
   const pending = () => watched.filter((w) => w.decided === undefined);
   let remaining = 0;
+  let cutShort = false;
 
   /** One look at the parked queue: canaries parked again fail; counts what the rest would replay. */
   const look = async (): Promise<void> => {
@@ -197,7 +201,7 @@ export async function canaryReplay(model: amqp.ChannelModel, target: CanaryTarge
     for (const w of pending()) byId.set(w.messageId, [...(byId.get(w.messageId) ?? []), w]);
     const failedIdentities = new Set(watched.filter((w) => w.decided?.parkedIdentity !== undefined).map((w) => w.decided?.parkedIdentity as string));
     let rest = 0;
-    await browseParked(model, target, {
+    const looked = await browseParked(model, target, {
       ...(options.maxHeld !== undefined ? { maxHeld: options.maxHeld } : {}),
       onMessage: (m) => {
         const identity = parkedIdentity(m);
@@ -220,6 +224,8 @@ export async function canaryReplay(model: amqp.ChannelModel, target: CanaryTarge
       },
     });
     remaining = rest;
+    // A canary that failed again is parked at the tail: a browse cut short never saw it.
+    if (looked.stopReason === 'max-held') cutShort = true;
     if (processed !== undefined) {
       const open = pending();
       if (open.length === 0) return;
@@ -240,9 +246,10 @@ export async function canaryReplay(model: amqp.ChannelModel, target: CanaryTarge
       await sleep(Math.min(pollMs, left), options.signal);
     }
     for (const w of pending()) {
-      // Aborted before the window ended: no evidence either way.
+      // Aborted before the window ended, or the tail never read: no evidence either way.
       const ended = Date.now() >= deadline;
-      w.decided = decide({ messageId: w.messageId, identity: w.identity, outcome: ended ? 'succeeded' : 'unknown', evidence: 'window', decidedAfterMs: Date.now() - replayedAt });
+      const outcome = ended && !cutShort ? 'succeeded' : 'unknown';
+      w.decided = decide({ messageId: w.messageId, identity: w.identity, outcome, evidence: cutShort ? 'not-examined' : 'window', decidedAfterMs: Date.now() - replayedAt });
     }
   } else {
     remaining = await countMatching(model, target, filter, options.maxHeld);
