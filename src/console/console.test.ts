@@ -252,6 +252,10 @@ describe('console: replay, canary, purge', () => {
     const waiting = await jobUntil(ops, res.location, ['awaiting-decision', 'failed', 'done']);
     expect(waiting.state).toBe('awaiting-decision');
     expect(waiting.canary).toMatchObject({ n: 2, sent: 2, returned: 2, rest: 3, verdict: 'failed' });
+    // While it awaits a decision, no second job may walk the same parked queue.
+    const second = await post(ops, `/parked/${billing.name}/replay`, { scope: 'filter' });
+    expect(second.status).toBe(409);
+    expect(second.text).toMatch(/canary job on (&#39;|')billing(&#39;|').*still awaiting-decision/);
     const stop = await post(ops, `${(res.location as string).replace(ops.basePath, '')}/stop`, {});
     expect(stop.status).toBe(303);
     const stopped = await jobUntil(ops, res.location, ['stopped', 'done', 'failed']);

@@ -130,6 +130,12 @@ export class Jobs {
     return e ? { id, ...e.view, progress: { ...e.view.progress }, canary: e.view.canary ? { ...e.view.canary, returnedIds: [...e.view.canary.returnedIds] } : null } : undefined;
   }
 
+  /** A job on `consumer` that has not ended (running, watching canaries or awaiting a decision), if any. */
+  active(consumer: string): JobView | undefined {
+    for (const [id, e] of this.jobs) if (e.view.consumer === consumer && !FINAL.has(e.view.state)) return this.get(id);
+    return undefined;
+  }
+
   /** Jobs, newest first. */
   list(): JobView[] {
     return [...this.jobs.keys()].reverse().map((id) => this.get(id) as JobView);

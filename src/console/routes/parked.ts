@@ -186,12 +186,22 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
     return c.body(lines.join(''), 200, { 'content-type': 'application/x-ndjson; charset=utf-8', 'content-disposition': `attachment; filename="${name}"` });
   });
 
+  /**
+   * One replay or canary job per consumer at a time: a second one would walk the same
+   * parked queue, and a canary's continuation would replay the other job's canaries.
+   */
+  function refuseIfBusy(consumer: string): void {
+    const busy = jobs.active(consumer);
+    if (busy) throw new ConsoleHttpError(409, `A ${busy.kind} job on '${consumer}' started by ${busy.user} is still ${busy.state}: stop it or let it finish (${options.basePath}/jobs/${busy.id}) before starting another.`);
+  }
+
   app.post('/parked/:consumer/replay', async (c) => {
     const target = consumerOf(c);
     const user = c.get('user');
     const f = await formOf(c);
     const rate = numberField(f, 'rate', 'rate', 0.01, 1_000_000);
     const sel = await selection(target, f);
+    refuseIfBusy(target.name);
     const id = jobs.start(
       { kind: 'replay', consumer: target.name, user: user.user, selection: sel.words, ratePerSecond: rate ?? null },
       async (job) => {
@@ -215,6 +225,7 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
     if (fingerprint === undefined) throw new ConsoleHttpError(400, 'A canary replay needs a group (fingerprint).');
     const filter: ParkedFilter = { ...toFilter(filterFields(f)), fingerprint };
     const recorded = { ...plainFilter(filter), canaries: Math.floor(n) };
+    refuseIfBusy(target.name);
     const id = jobs.start(
       {
         kind: 'canary',
@@ -257,10 +268,13 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
           return;
         }
         job.view.state = 'awaiting-decision';
+        const unknown = result.canaries.length - result.succeeded - result.failed;
         job.view.message =
-          result.failed === 0
-            ? `None of the ${result.canaries.length} canaries came back within ${Math.round(result.windowMs / 1000)} s (${result.succeeded} succeeded). Continue with the other ${result.remaining}, or stop.`
-            : `${result.failed} of ${result.canaries.length} canaries came back to the parked queue: the cause is probably not fixed. Stop, or continue anyway.`;
+          result.failed > 0
+            ? `${result.failed} of ${result.canaries.length} canaries came back to the parked queue: the cause is probably not fixed. Stop, or continue anyway.`
+            : unknown > 0
+              ? `${unknown} of ${result.canaries.length} canaries could not be watched (the parked queue is too long to read to its end, or a canary has no message id); ${result.succeeded} succeeded. Check the consumer's outcomes before you continue with the other ${result.remaining}, or stop.`
+              : `None of the ${result.canaries.length} canaries came back within ${Math.round(result.windowMs / 1000)} s (${result.succeeded} succeeded). Continue with the other ${result.remaining}, or stop.`;
         if (!(await job.decision())) {
           job.view.state = 'stopped';
           job.view.message = `Stopped after the canaries: ${result.failed} of ${result.canaries.length} came back; the other ${result.remaining} stay parked.`;
