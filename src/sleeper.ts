@@ -50,3 +50,17 @@ export class Sleeper {
     });
   }
 }
+
+/** Waits `ms`, or less when `signal` aborts (at once if it already has). */
+export function sleepUnless(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  if (ms <= 0 || signal?.aborted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    }
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}

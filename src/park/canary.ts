@@ -5,6 +5,7 @@ import { matchesFilter, type ParkedFilter } from './filter.js';
 import { parkedIdentity } from './identity.js';
 import type { ParkedMessage } from './message.js';
 import { browseParked, replayParked, type ParkedTarget, type ReplayOptions, type ReplayResult } from './operations.js';
+import { sleepUnless } from '../sleeper.js';
 
 /**
  * What a canary replay reads to prove that a replayed message succeeded: a store's
@@ -117,18 +118,6 @@ function defaultWindow(target: CanaryTarget): number {
   return ladderMs(target.delaysMs, target.maxAttempts) + DEFAULTS.slackMs;
 }
 
-function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  if (ms <= 0 || signal?.aborted) return Promise.resolve();
-  return new Promise((resolve) => {
-    const timer = setTimeout(done, ms);
-    function done() {
-      clearTimeout(timer);
-      signal?.removeEventListener('abort', done);
-      resolve();
-    }
-    signal?.addEventListener('abort', done, { once: true });
-  });
-}
 
 interface Watched {
   readonly messageId: string;
@@ -243,7 +232,7 @@ export async function canaryReplay(model: amqp.ChannelModel, target: CanaryTarge
       if (pending().length === 0 || options.signal?.aborted) break;
       const left = deadline - Date.now();
       if (left <= 0) break;
-      await sleep(Math.min(pollMs, left), options.signal);
+      await sleepUnless(Math.min(pollMs, left), options.signal);
     }
     for (const w of pending()) {
       // Aborted before the window ended, or the tail never read: no evidence either way.

@@ -7,6 +7,7 @@ import { traceReplay } from '../trace/index.js';
 import { copyProperties, decodeBody, plainValue, replayHeaders, type ParkedMessage } from './message.js';
 import { parkedIdentity } from './identity.js';
 import { walkParked, type Verdict, type WalkOptions, type WalkResult } from './reader.js';
+import { sleepUnless } from '../sleeper.js';
 
 /** The queues of a consumer that the parked-queue operations use. */
 export type ParkedTarget = Pick<ConsumerTopology, 'name' | 'queue' | 'parkedQueue' | 'queueType'>;
@@ -147,18 +148,6 @@ export interface ReplayResult extends ParkedOperationResult {
   readonly ratePerSecond: number;
 }
 
-function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  if (ms <= 0) return Promise.resolve();
-  return new Promise((resolve) => {
-    const timer = setTimeout(done, ms);
-    function done() {
-      clearTimeout(timer);
-      signal?.removeEventListener('abort', done);
-      resolve();
-    }
-    signal?.addEventListener('abort', done, { once: true });
-  });
-}
 
 async function checkQueueExists(model: amqp.ChannelModel, queue: string): Promise<void> {
   const ch = await model.createChannel();
@@ -213,7 +202,7 @@ export async function replayParked(model: amqp.ChannelModel, target: ParkedTarge
     if (dryRun) return last ? KEEP_AND_STOP : KEEP;
     if (rate !== undefined) {
       firstPublish ??= Date.now();
-      await sleep(firstPublish + (published * 1000) / rate - Date.now(), options.signal);
+      await sleepUnless(firstPublish + (published * 1000) / rate - Date.now(), options.signal);
       if (options.signal?.aborted) return KEEP_AND_STOP;
     }
     firstPublish ??= Date.now();
