@@ -23,7 +23,7 @@ export { stampMessage, type PublishOptions, type StampedMessage } from './publis
 export { uuidv7 } from './publish/message-id.js';
 export { Consumer } from './consume/consumer.js';
 export { decide, CrashLoopError, type Decision, type DecisionInput, type DecisionNote, type Happening, type InvalidReason } from './consume/contract.js';
-export { copyHeaders, minimalHeaders, originHeaders, type DeliveryFields } from './consume/copy-headers.js';
+export { copyHeaders, minimalHeaders, originHeaders, type DeliveryFields, type MoveDecision } from './consume/copy-headers.js';
 export type { ConsumerOptions, Handler, MessageContext, IdempotencyGuard, Outcome, ConsumerStats } from './consume/types.js';
 export type { StandardSchemaV1, StandardResult, StandardIssue } from './consume/schema.js';
 export type { Codec, Decoder } from './consume/decode.js';

@@ -12,7 +12,7 @@ import type { Topology } from './topology/declaration.js';
 
 /** Options of {@link Warren.connect}. */
 export interface WarrenOptions extends ConnectionOptions {
-  /** The topology, from {@link defineTopology}. Declared on connect and after every reconnect. */
+  /** The topology, from `defineTopology()`. Declared on connect and after every reconnect. */
   topology: Topology;
   /** Publisher settings. */
   publisher?: PublisherOptions;

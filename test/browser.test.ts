@@ -34,7 +34,8 @@ describe('test browser', () => {
 
   it('collects console errors and page errors, which fail the test unless allowed', async () => {
     const { page } = await launchBrowser();
-    const html = '<!doctype html><script>console.error("broken on purpose"); setTimeout(() => { throw new Error("boom on purpose"); }, 0);</script>';
+    // An icon of its own, so Chromium asks the server for no /favicon.ico that could fail after the test.
+    const html = '<!doctype html><link rel="icon" href="data:,"><script>console.error("broken on purpose"); setTimeout(() => { throw new Error("boom on purpose"); }, 0);</script>';
     const url = await serve(html);
     const r = await page();
     const errors = watchErrors(r);

@@ -21,6 +21,7 @@ import { storeRoutes } from './routes/store.js';
 /** The console's icon: a parked-queue square in the alert colour. */
 const FAVICON_SVG = '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect x="2" y="2" width="12" height="12" rx="3" fill="#b3261e"/></svg>';
 
+/** The Content-Security-Policy every console response carries: nothing inline, nothing from elsewhere, never framed. */
 export const CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
 const SECURITY_HEADERS: Readonly<Record<string, string>> = {

@@ -29,7 +29,8 @@ export function originHeaders(headers: Readonly<Record<string, unknown>>, fields
   };
 }
 
-type Move = Extract<Decision, { kind: 'retry' | 'park' | 'move-back' }>;
+/** A decision that publishes a copy: a retry, a park, or a crash-loop move back to the work queue. */
+export type MoveDecision = Extract<Decision, { kind: 'retry' | 'park' | 'move-back' }>;
 
 /**
  * The headers of the copy `decision` publishes, before the broker's own are dropped: the
@@ -37,7 +38,7 @@ type Move = Extract<Decision, { kind: 'retry' | 'park' | 'move-back' }>;
  * the consumer (a park adds its reason and time). A `minimal` park gets
  * {@link minimalHeaders}.
  */
-export function copyHeaders(decision: Move, headers: Readonly<Record<string, unknown>>, fields: DeliveryFields, consumer: string, now: Date): Record<string, unknown> {
+export function copyHeaders(decision: MoveDecision, headers: Readonly<Record<string, unknown>>, fields: DeliveryFields, consumer: string, now: Date): Record<string, unknown> {
   if (decision.kind === 'move-back') return { ...headers, ...originHeaders(headers, fields), [HEADER.redeliveries]: decision.redeliveries };
   if (decision.kind === 'park' && decision.minimal) return minimalHeaders(decision, headers, fields, consumer, now);
   const next: Record<string, unknown> = {

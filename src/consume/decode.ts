@@ -20,6 +20,7 @@ export interface Codec<V = unknown> {
    * @default 'codec'
    */
   readonly name?: string;
+  /** The payload from the body's bytes (a copy) and the message's properties; throw or reject for a body it cannot read. */
   decode(body: Buffer, properties: amqp.MessageProperties): V | Promise<V>;
 }
 

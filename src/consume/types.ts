@@ -66,7 +66,7 @@ export interface ConsumerOptions<T = unknown, Tx = undefined> {
   timeoutMs?: number;
   /**
    * How the body becomes the payload: `'json'`, `'text'` (in the content type's charset,
-   * else UTF-8), `'buffer'` (a copy of the bytes), or a {@link Codec}. A body the decoder
+   * else UTF-8), `'buffer'` (a copy of the bytes), or a `Codec`. A body the decoder
    * cannot read is parked at once (`invalid-json` for JSON, else `invalid-payload`, naming
    * the decoder); retried and parked copies keep the original bytes and properties.
    * @default 'json'

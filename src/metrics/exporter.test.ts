@@ -114,7 +114,10 @@ describe('prom-client is optional', () => {
   // The control case below ends its child with an error on purpose: the guard that fails
   // a test on a child's uncaught error (test/child-guard.mjs) is left out of these children.
   const childEnv = Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'WARREN_CHILD_ERRORS'));
-  const load = (entry: string) => spawnSync(process.execPath, ['--import', hook, '--input-type=module', '-e', `await import(${JSON.stringify(join(ROOT, entry))}); console.log('loaded');`], { encoding: 'utf8', cwd: ROOT, env: childEnv });
+  // The hook catches an ESM import; a CommonJS require (how warren/metrics loads it) goes
+  // round ESM hooks on Node 20, so the child also looks for it in require's cache.
+  const CJS_CHECK = `const { createRequire } = await import('node:module'); if (Object.keys(createRequire(import.meta.url).cache).some((k) => k.includes('/prom-client/'))) throw new Error('prom-client was loaded');`;
+  const load = (entry: string, use = '') => spawnSync(process.execPath, ['--import', hook, '--input-type=module', '-e', `const m = await import(${JSON.stringify(join(ROOT, entry))}); ${use} ${CJS_CHECK} console.log('loaded');`], { encoding: 'utf8', cwd: ROOT, env: childEnv });
 
   it("importing 'warren' (and its SQLite and PostgreSQL entry points, and the CLI's table) never loads prom-client", () => {
     for (const entry of ['dist/index.js', 'dist/store/sqlite/index.js', 'dist/store/postgres/index.js', 'dist/cli/run.js']) {
@@ -124,8 +127,9 @@ describe('prom-client is optional', () => {
     }
   }, 90_000);
 
-  it("importing 'warren/metrics' does (so the check above can fail)", () => {
-    const r = load('dist/metrics/index.js');
+  it("using 'warren/metrics' does (so the check above can fail)", () => {
+    // warren/metrics loads prom-client on first use, so that its absence is named then.
+    const r = load('dist/metrics/index.js', 'm.warrenMetrics({});');
     expect(r.status).not.toBe(0);
     expect(r.stderr).toContain('prom-client was loaded');
   });

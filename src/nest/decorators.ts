@@ -15,6 +15,12 @@ export interface WarrenConsumerMetadata {
 }
 
 /**
+ * What `@WarrenConsumer(...)` returns: a decorator for a method of a provider.
+ * @typeParam M - the decorated method's type: `(payload, context) => ...`
+ */
+export type ConsumerMethodDecorator = <M extends (payload: never, context: never) => unknown>(target: object, key: string | symbol, descriptor: TypedPropertyDescriptor<M>) => void;
+
+/**
  * Makes a method of a provider (or controller) the handler of a consumer the topology
  * declares. The method gets the payload and the context (`ctx.attempt`, `ctx.signal`,
  * `ctx.tx` with a store, ...) and is called on the provider's instance, so what was
@@ -23,6 +29,7 @@ export interface WarrenConsumerMetadata {
  *
  * `options` are the consumer's (`prefetch`, `concurrency`, `timeoutMs`, `schema`,
  * `classify`, ...); the module's `consumerOptions` for the same consumer override them.
+ * The decorator it returns takes a method of type `M`: `(payload, context) => ...`.
  *
  * @example
  * ```ts
@@ -37,7 +44,7 @@ export interface WarrenConsumerMetadata {
  * }
  * ```
  */
-export function WarrenConsumer<T = unknown, Tx = unknown>(consumer: string, options: ConsumerOptions<T, Tx> = {}) {
+export function WarrenConsumer<T = unknown, Tx = unknown>(consumer: string, options: ConsumerOptions<T, Tx> = {}): ConsumerMethodDecorator {
   if (typeof consumer !== 'string' || consumer === '') {
     throw new InvalidOptionError('@WarrenConsumer', `expected the name of a consumer of the topology, got ${JSON.stringify(consumer)}`, "Example: @WarrenConsumer('billing')");
   }

@@ -10,6 +10,7 @@ import { suggestion } from './names.js';
  * `warren/sqlite` or `warren/postgres` fits.
  */
 export interface GuardSource<Tx> {
+  /** The guard each delivery's transaction runs under. */
   idempotency(): IdempotencyGuard<Tx>;
 }
 
@@ -79,6 +80,7 @@ export interface WarrenModuleExtras {
 export interface WarrenModuleAsyncOptions<Tx = unknown> extends WarrenModuleExtras, Pick<ModuleMetadata, 'imports'> {
   /** Providers the factory gets, in this order. @default [] */
   inject?: FactoryProvider['inject'];
+  /** Returns the module's options, given the providers named in `inject`, in order. */
   useFactory: (...args: never[]) => WarrenModuleOptions<Tx> | Promise<WarrenModuleOptions<Tx>>;
   /** Further providers for the module's scope, e.g. one the factory injects. @default [] */
   providers?: ModuleMetadata['providers'];
