@@ -32,7 +32,7 @@ export const METRICS = {
   attached: m('application', 'gauge', 'warren_consumer_attached', ['consumer'], '1 while the consumer is attached to its queue, 0 while it is not.'),
   cancellations: m('application', 'counter', 'warren_consumer_cancellations_total', ['consumer'], 'Times the broker cancelled the consumer (its queue was deleted, or it failed over).'),
   // --- from the application: publisher and connections ---------------------------------
-  publishes: m('application', 'counter', 'warren_publishes_total', ['outcome'], 'Publishes by outcome: confirmed, returned (unroutable), nacked, timed_out (no confirm in time), not_confirmed (the channel closed first), not_sent (never written: the connection was blocked or its socket full until the deadline).'),
+  publishes: m('application', 'counter', 'warren_publishes_total', ['outcome'], 'Publishes by outcome: confirmed, returned (unroutable), nacked, timed_out (no confirm in time), not_confirmed (the channel closed first), not_sent (never written: the connection was blocked, its socket full or no channel open until the deadline, or the publisher closed first).'),
   confirmDuration: m('application', 'histogram', 'warren_publish_confirm_duration_seconds', [], 'Time from a publish to the broker\'s confirm, for confirmed publishes.'),
   reconnects: m('application', 'counter', 'warren_connection_reconnects_total', ['connection'], 'Connections made again after a loss (consume or publish connection).'),
   connectionUp: m('application', 'gauge', 'warren_connection_up', ['connection'], '1 while the connection is up and set up, 0 while it is not.'),

@@ -8,7 +8,7 @@ import type { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { BrokerConnection } from '../connection/index.js';
 import type { Consumer } from '../consume/consumer.js';
 import type { Outcome } from '../consume/types.js';
-import { InvalidOptionError, PublishNackedError, PublishNotConfirmedError, PublishNotSentError, UnroutableError } from '../errors.js';
+import { BrokerUnreachableError, ClosedError, InvalidOptionError, PublishNackedError, PublishNotConfirmedError, PublishNotSentError, UnroutableError } from '../errors.js';
 import type { ParkReason } from '../headers.js';
 import { ManagementClient, type ManagementOptions } from '../management/client.js';
 import type { Publisher } from '../publish/publisher.js';
@@ -215,7 +215,9 @@ function publishOutcome(error: Error | undefined): PublishOutcome {
   if (error === undefined) return 'confirmed';
   if (error instanceof UnroutableError) return 'returned';
   if (error instanceof PublishNackedError) return 'nacked';
-  if (error instanceof PublishNotSentError) return 'not_sent';
+  // Never written: the deadline passed while it waited, the connection did not come
+  // back within connectTimeoutMs, or the publisher closed first.
+  if (error instanceof PublishNotSentError || error instanceof BrokerUnreachableError || error instanceof ClosedError) return 'not_sent';
   if (error instanceof PublishNotConfirmedError && /no confirm from the broker within/.test(error.message)) return 'timed_out';
   return 'not_confirmed';
 }

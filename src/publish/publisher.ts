@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events';
 import type * as amqp from 'amqplib';
-import { ClosedError, InvalidOptionError, PublishNackedError, PublishNotConfirmedError, PublishNotSentError, UnroutableError, type LateAnswer } from '../errors.js';
+import { BrokerUnreachableError, ClosedError, InvalidOptionError, PublishNackedError, PublishNotConfirmedError, PublishNotSentError, UnroutableError, type LateAnswer } from '../errors.js';
 import { toLogger, type Logger } from '../logger.js';
 import type { BrokerConnection } from '../connection/index.js';
 import { NO_OPTIONS, stampMessage, type PublishOptions } from './stamp.js';
@@ -98,8 +98,12 @@ const DEFAULTS = { maxInFlight: 1000, connectTimeoutMs: 10_000, confirmTimeoutMs
  * a message as confirmed that was not, and never writes a message after its publish
  * was given up.
  *
- * Events: `settled` (error or undefined, milliseconds from send to the broker's answer or
- * to giving up) once per publish.
+ * Events: `settled` (error or undefined, and milliseconds: from the write to the broker's
+ * answer or to giving up, or, for a publish never written, from the call) once per publish.
+ *
+ * Across a channel's loss nothing is written twice or on a dead channel: publishes the
+ * closed channel never carried wait for the next one within their deadline, and
+ * `close()` settles every publish still unanswered.
  *
  * @example
  * const { messageId } = await warren.publisher.publish('order.created', { orderId: 42 });
@@ -131,6 +135,8 @@ export class Publisher extends EventEmitter {
   private readonly closeReasons = new WeakMap<amqp.ConfirmChannel, string>();
   private unregister: (() => void) | undefined;
   private readonly onUnblocked = (): void => this.pump();
+  /** Waiting for the connection on behalf of the write line (see ensureChannel). */
+  private acquiring = false;
 
   constructor(
     private readonly connection: BrokerConnection,
@@ -176,7 +182,7 @@ export class Publisher extends EventEmitter {
       if (w) {
         this.slotWaiters[i] = undefined;
         // Never held a slot: failing it frees none.
-        w.reject(this.notSent(w.messageId, `no free slot within ${this.confirmTimeoutMs} ms (${this.maxInFlight} publishes were awaiting confirms)`, blocked));
+        this.failWaiting(w, this.notSent(w.messageId, `no free slot within ${this.confirmTimeoutMs} ms (${this.maxInFlight} publishes were awaiting confirms)`, blocked));
       }
     }
     this.skipEmptySlots();
@@ -187,18 +193,18 @@ export class Publisher extends EventEmitter {
       // The line is replaced before anyone is failed: a failure frees a slot, and the
       // publish that takes it may join the line at once.
       this.writeWaiters = keep;
-      for (const w of due) this.settle(w, this.notSent(w.messageId, `the connection's socket did not drain within ${this.confirmTimeoutMs} ms (the broker is not reading it)`, blocked));
+      const reason = this.channel === undefined ? `no channel to write it on within ${this.confirmTimeoutMs} ms (the connection is away, or its channel did not open)` : `the connection's socket did not drain within ${this.confirmTimeoutMs} ms (the broker is not reading it)`;
+      for (const w of due) this.settle(w, this.notSent(w.messageId, reason, blocked));
     }
-    for (let entry = this.head; entry !== undefined; ) {
-      // Settling unlinks it: take the next first.
-      const next = entry.next;
-      if (entry.deadline <= now) {
+    // A publish given up here stays in the list until the broker answers it, so that a
+    // late return is charged to it and not to a caller's retry with the same id.
+    for (let entry = this.head; entry !== undefined; entry = entry.next) {
+      if (!entry.settled && entry.deadline <= now) {
         const why = blocked === undefined ? 'it may be blocked by a memory or disk alarm' : `the broker blocked publishing on this connection: ${blocked}`;
         const given = entry;
         const late = new Promise<LateAnswer>((r) => (given.late = r));
         this.settle(entry, new PublishNotConfirmedError(entry.messageId, `no confirm from the broker within ${this.confirmTimeoutMs} ms (${why})`, { late }));
       }
-      entry = next;
     }
   }
 
@@ -217,6 +223,11 @@ export class Publisher extends EventEmitter {
     if (this.opening) return this.opening;
     this.opening = (async () => {
       const ch = await model.createConfirmChannel();
+      // Closed while it opened: nothing would close a channel kept now, nor write on it.
+      if (this.closed) {
+        await ch.close().catch(() => undefined);
+        throw new ClosedError('The publisher');
+      }
       ch.on('error', (err: Error) => {
         this.closeReasons.set(ch, err.message);
         this.logger.warn('publish channel error', { error: err.message });
@@ -229,6 +240,9 @@ export class Publisher extends EventEmitter {
       ch.on('close', () => {
         if (this.channel === ch) this.channel = undefined;
         if (this.fullChannel === ch) this.fullChannel = undefined;
+        // Those in line go on the next channel (a new one on this connection when only
+        // the channel closed, as a publish to a missing exchange closes it).
+        if (this.writeWaiters.length > 0 && !this.closed) queueMicrotask(() => this.pump());
       });
       this.channel = ch;
       return ch;
@@ -239,29 +253,61 @@ export class Publisher extends EventEmitter {
   }
 
   /**
-   * Returns carry no delivery tag, so a return is charged to the oldest written publish
-   * alike in message id, exchange and routing key that has no return yet. Two pending
-   * publishes alike in all three are interchangeable: whichever the return is charged
-   * to, the outcome is right. A return comes just before its publish's confirm, so the
-   * walk from the oldest is short unless many older publishes await the disk.
+   * Returns carry no delivery tag, so a return is charged to a written publish alike in
+   * message id, exchange and routing key that has no return yet, given up or not (one
+   * given up stays listed until answered, so its late return is not charged to a retry
+   * with the same id). When several are alike, the one whose body and headers are the
+   * returned message's: on a headers exchange the same key routes by headers. Publishes
+   * alike in all of that route alike and are interchangeable. A return comes just before
+   * its publish's confirm, so the walk from the oldest is short.
    */
   private onReturn(msg: amqp.Message): void {
     const messageId = msg.properties.messageId as string | undefined;
     const { exchange, routingKey } = msg.fields;
+    let first: Outgoing | undefined;
+    let others: Outgoing[] | undefined;
     for (let entry = this.head; entry !== undefined; entry = entry.next) {
       if (entry.returned === undefined && entry.properties.messageId === messageId && entry.exchange === exchange && entry.routingKey === routingKey) {
-        entry.returned = `${(msg.fields as { replyCode?: number }).replyCode ?? 312} ${(msg.fields as { replyText?: string }).replyText ?? 'NO_ROUTE'}`;
-        return;
+        if (first === undefined) first = entry;
+        else (others ??= []).push(entry);
       }
     }
+    if (first === undefined) return;
+    let charged = first;
+    if (others !== undefined && !sameMessage(first, msg)) charged = others.find((entry) => sameMessage(entry, msg)) ?? first;
+    charged.returned = `${(msg.fields as { replyCode?: number }).replyCode ?? 312} ${(msg.fields as { replyText?: string }).replyText ?? 'NO_ROUTE'}`;
   }
 
-  private async acquireChannel(deadline: number): Promise<amqp.ConfirmChannel> {
-    if (this.channel) return this.channel;
-    const model = await this.connection.waitReady(Math.max(1, Math.min(this.connectTimeoutMs, deadline - Date.now())));
-    // Closed meanwhile: a channel opened now would outlive close(), and nothing would close it.
-    if (this.closed) throw new ClosedError('The publisher');
-    return this.channel ?? this.openChannel(model);
+  /**
+   * Gets a channel for the publishes waiting in the write line: waits for the connection
+   * (at most `connectTimeoutMs`; past it, those waiting then are failed with why), opens
+   * the channel, and writes the line. Those waiting stay where the sweep sees them, so
+   * a channel that never opens (a stalled socket) fails them at their deadline.
+   */
+  private ensureChannel(): void {
+    if (this.channel !== undefined || this.opening !== undefined || this.acquiring || this.closed) return;
+    this.acquiring = true;
+    this.connection
+      .waitReady(this.connectTimeoutMs)
+      .then((model) => (this.closed ? undefined : (this.channel ?? this.openChannel(model))))
+      .then(
+        () => {
+          this.acquiring = false;
+          this.pump();
+        },
+        (error: unknown) => {
+          this.acquiring = false;
+          if (this.channel !== undefined) return this.pump();
+          // The connection did not come back in time, or was closed for good: fail those
+          // waiting, as a publish that waited `connectTimeoutMs` for it always was.
+          // Anything else (the channel would not open on a connection that just dropped)
+          // leaves them in line for the reconnect, bounded by their deadlines.
+          if (!(error instanceof BrokerUnreachableError || error instanceof ClosedError)) return;
+          const waiting = this.writeWaiters;
+          this.writeWaiters = [];
+          for (const w of waiting) this.settle(w, error);
+        },
+      );
   }
 
   /** Moves `slotHead` past waiters that gave up, compacting now and then. */
@@ -348,10 +394,9 @@ export class Publisher extends EventEmitter {
     if (this.closed) return this.settle(entry, new ClosedError('The publisher'));
     const ch = this.channel;
     if (ch !== undefined) return this.sendOn(ch, entry);
-    this.acquireChannel(entry.deadline).then(
-      (current) => this.sendOn(current, entry),
-      (error: unknown) => this.settle(entry, error as Error),
-    );
+    // No channel (a reconnect, or the broker closed it): wait in the write line.
+    this.writeWaiters.push(entry);
+    this.ensureChannel();
   }
 
   /** True when a write may go out now: the broker has not blocked the connection, the socket drained, nobody is ahead. */
@@ -360,8 +405,6 @@ export class Publisher extends EventEmitter {
   }
 
   private sendOn(ch: amqp.ConfirmChannel, entry: Outgoing): void {
-    // Given up while it waited for the channel.
-    if (entry.settled) return;
     if (this.writable()) return this.publishOn(ch, entry);
     // Wait in line, unwritten: a publish given up here is never written later, so a
     // caller's retry after a timeout does not pile copies into the socket buffers.
@@ -370,9 +413,10 @@ export class Publisher extends EventEmitter {
 
   /** Writes waiting publishes, in order, for as long as the connection takes them. */
   private pump(): void {
-    const ch = this.channel;
-    if (!ch) return;
     while (this.writeWaiters.length > 0 && this.connection.blocked === undefined && this.fullChannel === undefined) {
+      // Read each time: a write that finds the channel closed drops it.
+      const ch = this.channel;
+      if (ch === undefined) return this.ensureChannel();
       this.publishOn(ch, this.writeWaiters.shift() as Outgoing);
     }
   }
@@ -384,16 +428,31 @@ export class Publisher extends EventEmitter {
   private settle(entry: Outgoing, error?: Error): void {
     if (entry.settled) return;
     entry.settled = true;
-    if (entry.linked) this.unlink(entry);
     this.releaseSlot();
     if (error) entry.reject(error);
     else entry.resolve(entry.receipt ? { messageId: entry.properties.messageId as string } : undefined);
-    if (entry.sentAt !== 0 && this.listenerCount('settled') > 0) {
-      try {
-        this.emit('settled', error, Date.now() - entry.sentAt);
-      } catch {
-        // A listener's failure is not the publish's: it is settled already.
-      }
+    this.emitSettled(entry, error);
+  }
+
+  /** Fails a publish still waiting for a slot (it holds none to free). */
+  private failWaiting(entry: Outgoing, error: Error): void {
+    if (entry.settled) return;
+    entry.settled = true;
+    entry.reject(error);
+    this.emitSettled(entry, error);
+  }
+
+  /**
+   * `settled`, once per publish: with the time from its write to the broker's answer,
+   * or, for one never written, from the call to its failure.
+   */
+  private emitSettled(entry: Outgoing, error: Error | undefined): void {
+    if (this.listenerCount('settled') === 0) return;
+    const since = entry.sentAt !== 0 ? entry.sentAt : entry.deadline - this.confirmTimeoutMs;
+    try {
+      this.emit('settled', error, Date.now() - since);
+    } catch {
+      // A listener's failure is not the publish's: it is settled already.
     }
   }
 
@@ -424,7 +483,21 @@ export class Publisher extends EventEmitter {
     try {
       writable = ch.publish(entry.exchange, entry.routingKey, entry.content, properties, (err: unknown) => this.answer(ch, entry, err));
     } catch (error) {
-      this.settle(entry, new PublishNotConfirmedError(entry.messageId, `the channel refused the publish (${error instanceof Error ? error.message : String(error)})`, { cause: error }));
+      // Not written. On a closed channel (amqplib fails the unconfirmed before it
+      // reports the close) the publish waits for the next channel, still within its
+      // deadline; anything else (a property amqplib cannot encode) will never be written.
+      this.unlink(entry);
+      entry.sentAt = 0;
+      if (this.channel === ch && isClosedError(error)) this.channel = undefined;
+      if (this.channel !== ch) {
+        if (this.closed) return this.settle(entry, new ClosedError('The publisher'));
+        // First in line again, for the next channel.
+        this.writeWaiters.unshift(entry);
+        if (this.channel === undefined) this.ensureChannel();
+        else queueMicrotask(() => this.pump());
+        return;
+      }
+      this.settle(entry, new PublishNotSentError(entry.messageId, `the channel refused the publish (${error instanceof Error ? error.message : String(error)})`));
       return;
     }
     // The channel's write buffer is full: hold further writes until it drains.
@@ -434,8 +507,12 @@ export class Publisher extends EventEmitter {
   /** The broker's answer to a written publish (or the channel's, when it closed first). */
   private answer(ch: amqp.ConfirmChannel, entry: Outgoing, err: unknown): void {
     const messageId = entry.messageId;
+    // Answered (or the channel closed): out of the list, given up or not.
+    if (entry.linked) this.unlink(entry);
     if (err) {
-      const closed = /closed/i.test(err instanceof Error ? err.message : String(err));
+      const closed = isClosedError(err);
+      // The channel is gone: publishes that take the freed slots must not be written on it.
+      if (closed && this.channel === ch) this.channel = undefined;
       entry.late?.(closed ? 'lost' : 'nacked');
       const why = this.closeReasons.get(ch);
       this.settle(entry, closed ? new PublishNotConfirmedError(messageId, `the channel closed before the broker confirmed${why ? ` (${why})` : ''}`, { cause: err }) : new PublishNackedError(messageId, { cause: err }));
@@ -454,13 +531,12 @@ export class Publisher extends EventEmitter {
     this.closed = true;
     this.unregister?.();
     this.connection.off('unblocked', this.onUnblocked);
-    clearInterval(this.sweeper);
-    // Those waiting for a slot first: a slot freed later would send them on after close(),
-    // with no sweep left to bound them.
+    // The sweep runs on while close() waits: a publish still holds its deadline.
+    // Those waiting for a slot first: a slot freed later would send them on after close().
     const slotWaiters = this.slotWaiters.slice(this.slotHead);
     this.slotWaiters = [];
     this.slotHead = 0;
-    for (const w of slotWaiters) w?.reject(new ClosedError('The publisher'));
+    for (const w of slotWaiters) if (w !== undefined) this.failWaiting(w, new ClosedError('The publisher'));
     for (const w of this.writeWaiters.splice(0)) this.settle(w, new ClosedError('The publisher'));
     const ch = this.channel;
     this.channel = undefined;
@@ -473,5 +549,32 @@ export class Publisher extends EventEmitter {
       await Promise.race([ch.close().catch(() => undefined), deadline]);
       clearTimeout(timer);
     }
+    clearInterval(this.sweeper);
+    // Whatever is still unanswered settles now: close() leaves no publish pending.
+    for (let entry = this.head; entry !== undefined; entry = entry.next) {
+      if (!entry.settled) this.settle(entry, new PublishNotConfirmedError(entry.messageId, 'the publisher closed before the broker confirmed (the broker may have it: publish again, same id)'));
+    }
+  }
+}
+
+/** amqplib's error for a channel (or connection) that closed: `Channel closed`, `Connection closed: …`. */
+function isClosedError(error: unknown): boolean {
+  return /closed/i.test(error instanceof Error ? error.message : String(error));
+}
+
+/** True when a returned message has the body and headers this publish was written with. */
+function sameMessage(entry: Outgoing, msg: amqp.Message): boolean {
+  if (!entry.content.equals(msg.content)) return false;
+  return headerText(entry.properties.headers) === headerText(msg.properties.headers as Record<string, unknown> | undefined);
+}
+
+/** Headers as comparable text: keys sorted, bytes as text, what the wire drops (undefined) left out. */
+function headerText(headers: Record<string, unknown> | undefined): string {
+  if (headers === undefined || headers === null) return '{}';
+  const keys = Object.keys(headers).filter((k) => headers[k] !== undefined).sort();
+  try {
+    return JSON.stringify(keys.map((k) => [k, Buffer.isBuffer(headers[k]) ? (headers[k] as Buffer).toString('utf8') : headers[k]]));
+  } catch {
+    return '';
   }
 }
