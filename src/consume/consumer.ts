@@ -78,12 +78,31 @@ const MOVE_GIVE_UP_MS = 5 * 60_000;
 /** Deliveries this process saw in flight when their channel closed, kept this long. */
 const SEEN_IN_FLIGHT_MS = 30 * 60_000;
 const SEEN_IN_FLIGHT_MAX = 10_000;
+/**
+ * How long after an ack its channel is asked for proof that the broker read it. An ack
+ * is only written to the socket: a connection that dies before the broker reads it
+ * loses it, and the message comes back redelivered. Only the broker's reply to a
+ * later request on the same channel proves it read the ack (its frames in the other
+ * direction, heartbeats included, keep coming while it reads nothing).
+ */
+const ACK_PROOF_MS = 1000;
 
 /** Identifies a delivery across redeliveries: its message id, else its body and routing key. */
 function deliveryKey(msg: amqp.ConsumeMessage): string {
   const id: unknown = msg.properties.messageId;
   if (typeof id === 'string' && id !== '' && id.length <= 1000) return `id:${id}`;
   return `body:${createHash('sha1').update(msg.fields.routingKey).update('\0').update(msg.content).digest('base64')}`;
+}
+
+/** Acks written on one channel that the broker has not yet been seen to read. */
+interface UnprovenAcks {
+  /** Their {@link deliveryKey}s, oldest first. */
+  readonly keys: string[];
+  /** How many keys were ever dropped from the front (proven, or past the bound). */
+  first: number;
+  timer?: NodeJS.Timeout | undefined;
+  /** A request for proof is awaiting its reply. */
+  asking: boolean;
 }
 
 function int(value: number | undefined, fallback: number, option: string, min: number, max: number): number {
@@ -128,6 +147,12 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
    * confirm) can be in flight together, and each comes back.
    */
   private readonly seenInFlight = new Map<string, { count: number; until: number }>();
+  /**
+   * Per channel, the {@link deliveryKey}s of deliveries acked on it that the broker has
+   * not yet been seen to read (see {@link ACK_PROOF_MS}). When the channel closes they
+   * are in doubt and noted like deliveries in flight: their redelivery is a blip.
+   */
+  private readonly unprovenAcks = new Map<amqp.Channel, UnprovenAcks>();
   private readonly controllers = new Set<HandlerRun<unknown>>();
   private stopping = false;
   private closed = false;
@@ -237,18 +262,69 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     if (!this.closed && !this.stopping) this.scheduleReattach('channel closed');
   }
 
-  /** Notes what `ch` held unsettled as it closed: those redeliveries are blips, not deaths. */
+  /**
+   * Notes what `ch` held unsettled as it closed, and what was acked on it without proof
+   * that the broker read the ack: those redeliveries are blips, not deaths.
+   */
   private rememberInFlight(ch: amqp.Channel): void {
     for (const d of this.inFlight) if (d.ch === ch && !d.settled) this.remember(d.msg);
     for (const d of this.waiting) if (d.ch === ch) this.remember(d.msg);
+    const unproven = this.unprovenAcks.get(ch);
+    if (unproven === undefined) return;
+    this.unprovenAcks.delete(ch);
+    clearTimeout(unproven.timer);
+    for (const key of unproven.keys) this.remember(key);
   }
 
-  private remember(msg: amqp.ConsumeMessage): void {
+  /** Keeps an ack on `d.ch` in doubt until the broker answers a request written after it. */
+  private ackWritten(d: Delivery): void {
+    let unproven = this.unprovenAcks.get(d.ch);
+    if (unproven === undefined) this.unprovenAcks.set(d.ch, (unproven = { keys: [], first: 0, asking: false }));
+    if (unproven.keys.length >= SEEN_IN_FLIGHT_MAX) {
+      unproven.keys.shift();
+      unproven.first += 1;
+    }
+    unproven.keys.push(deliveryKey(d.msg));
+    this.askForProof(d.ch, unproven);
+  }
+
+  /**
+   * Asks the broker, on `ch`, for a reply that proves it read every ack written before
+   * the request: a `basic.qos` with the channel's own prefetch (it changes nothing).
+   * One request at a time, at most one a second.
+   */
+  private askForProof(ch: amqp.Channel, unproven: UnprovenAcks): void {
+    if (unproven.asking || unproven.timer !== undefined) return;
+    unproven.timer = setTimeout(() => {
+      unproven.timer = undefined;
+      if (this.unprovenAcks.get(ch) !== unproven || unproven.keys.length === 0) return;
+      const upTo = unproven.first + unproven.keys.length;
+      unproven.asking = true;
+      ch.prefetch(this.prefetch).then(
+        () => {
+          unproven.asking = false;
+          if (this.unprovenAcks.get(ch) !== unproven) return;
+          const proven = Math.max(0, upTo - unproven.first);
+          unproven.keys.splice(0, proven);
+          unproven.first += proven;
+          if (unproven.keys.length > 0) this.askForProof(ch, unproven);
+          else this.unprovenAcks.delete(ch);
+        },
+        () => {
+          // The channel is closing: its close notes the acks still in doubt.
+          unproven.asking = false;
+        },
+      );
+    }, ACK_PROOF_MS);
+    unproven.timer.unref();
+  }
+
+  private remember(msgOrKey: amqp.ConsumeMessage | string): void {
     const now = Date.now();
     if (this.seenInFlight.size >= SEEN_IN_FLIGHT_MAX) {
       for (const [k, seen] of this.seenInFlight) if (seen.until <= now || this.seenInFlight.size >= SEEN_IN_FLIGHT_MAX) this.seenInFlight.delete(k);
     }
-    const key = deliveryKey(msg);
+    const key = typeof msgOrKey === 'string' ? msgOrKey : deliveryKey(msgOrKey);
     const seen = this.seenInFlight.get(key);
     if (seen !== undefined && seen.until > now) {
       seen.count += 1;
@@ -378,6 +454,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     try {
       d.ch.ack(d.msg);
       d.settled = true;
+      this.ackWritten(d);
       return true;
     } catch {
       // The channel closed: the broker will redeliver, and idempotency makes that harmless.

@@ -1,21 +1,20 @@
 /**
  * An ack written to a connection that is already dead (the network stopped carrying
- * the client's bytes; the broker's heartbeat finds it) never reaches the broker: the message comes back marked
- * redelivered. The consumer marked the delivery settled when it wrote the ack, so when
- * the channel closes it does not note it as a blip, and the crash-loop guard counts the
- * redelivery as a death. A handler that succeeded every time is parked as a crash loop.
+ * the client's bytes; the broker's heartbeat finds it) never reaches the broker: the
+ * message comes back marked redelivered. The handler succeeded and the process lived:
+ * that redelivery is a blip, and the crash-loop guard must not count it as a death.
+ * The broker's own frames (heartbeats) keep reaching the client all along, so only its
+ * reply to a request written after the ack proves the ack was read.
  */
+import type * as amqp from 'amqplib';
 import { describe, expect, it } from 'vitest';
+import type { QueueType } from '../../src/index.js';
 import { BlockingProxy } from '../../src/publish/testing/blocking-proxy.js';
 import { AMQP_URL, connectWarren, depth, rawConnection, testTopology, waitFor } from '../helpers.js';
 
-describe('acks lost on a connection that died silently', () => {
-  // Fails today: the second lost ack parks the message as a crash loop (crashLimit 2)
-  // although its handler succeeded both times and the process never died. Suggested
-  // fix: at a channel close, note as blips the deliveries acked on that channel since
-  // the last frame received on its connection (an ack written after it is in doubt).
-  it.fails('a message whose handler succeeded, but whose ack was lost twice, is handled again, not parked', async () => {
-    const topology = testTopology(({ exchange, name }) => ({ exchange, crashLimit: 2, consumers: { [name('lostack')]: { bindings: ['x'] } } }));
+describe.each<QueueType>(['classic', 'quorum'])('acks lost on a connection that died silently (%s queue)', (queueType) => {
+  it('a message whose handler succeeded, but whose ack was lost twice, is handled again, not parked', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, queueType, crashLimit: 2, consumers: { [name('lostack')]: { bindings: ['x'] } } }));
     const c = [...topology.consumers.values()][0]!;
     const proxy = await BlockingProxy.start(Number(new URL(AMQP_URL).port || 5672));
     const warren = await connectWarren(topology, { url: `amqp://guest:guest@127.0.0.1:${proxy.port}`, heartbeatSeconds: 1, reconnect: { initialDelayMs: 10, maxDelayMs: 100 } });
@@ -30,7 +29,7 @@ describe('acks lost on a connection that died silently', () => {
     await warren.publish('x', { n: 1 });
     for (let i = 1; i <= 2; i++) {
       await waitFor(() => runs === i && gate !== undefined, `handler run ${i} to start`);
-      proxy.stall(); // the client's bytes stop reaching the broker
+      proxy.stall(); // the client's bytes stop reaching the broker; the broker's still arrive
       const release = gate!;
       gate = undefined;
       release(); // succeeds: the ack goes nowhere
@@ -39,10 +38,42 @@ describe('acks lost on a connection that died silently', () => {
     }
     await waitFor(() => consumer.stats.acked + consumer.stats.parked >= 3, 'the message to reach an outcome after the losses', 15_000);
     const raw = await rawConnection();
+    expect(runs).toBe(3);
     expect(consumer.stats.parked, 'a handler that succeeded every time must not be parked as a crash loop').toBe(0);
     expect(await depth(raw, c.parkedQueue)).toBe(0);
     expect(consumer.stats.redeliveryMoved, 'a lost ack is a blip this process lived through, not a death').toBe(0);
     await warren.close();
     await proxy.close();
+    expect(await depth(raw, c.queue)).toBe(0);
+  });
+});
+
+describe('an ack the broker was seen to read', () => {
+  it('is no excuse for a copy with the same id that another consumer died holding: that redelivery still counts', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, queueType: 'classic', crashLimit: 2, consumers: { [name('proven')]: { bindings: ['x'] } } }));
+    const c = [...topology.consumers.values()][0]!;
+    const warren = await connectWarren(topology, { reconnect: { initialDelayMs: 10, maxDelayMs: 100 } });
+    const raw = await rawConnection();
+    // Another consumer takes the first copy of message 'same' and holds it.
+    const other = await raw.createChannel();
+    await other.prefetch(1);
+    let held: amqp.ConsumeMessage | undefined;
+    await other.consume(c.queue, (m) => (held = m ?? undefined), { noAck: false });
+    other.sendToQueue(c.queue, Buffer.from('{"n":1}'), { messageId: 'same', contentType: 'application/json', persistent: true });
+    await waitFor(() => held !== undefined, 'the other consumer to hold the first copy');
+    // warren handles and acks a second copy with the same id; the broker confirms reading the ack.
+    const consumer = await warren.consume(c.name, async () => undefined);
+    other.sendToQueue(c.queue, Buffer.from('{"n":1}'), { messageId: 'same', contentType: 'application/json', persistent: true });
+    await waitFor(() => consumer.stats.acked === 1, 'warren to ack its copy');
+    const unproven = (consumer as unknown as { unprovenAcks: Map<unknown, unknown> }).unprovenAcks;
+    await waitFor(() => unproven.size === 0, 'the broker to answer after the ack', 10_000);
+    // warren's connection drops (its ack is known to be read), then the other consumer dies holding its copy.
+    const model = await warren.connection.waitReady(5000);
+    (model as unknown as { connection: { stream: { destroy(e: Error): void } } }).connection.stream.destroy(new Error('cut by the test'));
+    await waitFor(() => consumer.attached && warren.connection.currentGeneration === 2, 'the consumer to re-attach', 5_000);
+    await other.close();
+    await waitFor(() => consumer.stats.acked === 2, 'the redelivered copy to be handled');
+    expect(consumer.stats.redeliveryMoved, 'the redelivery is a death this process cannot explain').toBe(1);
+    await warren.close();
   });
 });
