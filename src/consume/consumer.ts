@@ -86,6 +86,12 @@ const SEEN_IN_FLIGHT_MAX = 10_000;
  * direction, heartbeats included, keep coming while it reads nothing).
  */
 const ACK_PROOF_MS = 1000;
+/**
+ * How long after a channel's loss a redelivery nobody noted may be one that was in
+ * transit then: such deliveries go back to the queue at once and come straight back
+ * (to this process after its reattach, or to another consumer).
+ */
+const IN_TRANSIT_MS = 60_000;
 
 /** Identifies a delivery across redeliveries: its message id, else its body and routing key. */
 function deliveryKey(msg: amqp.ConsumeMessage): string {
@@ -153,6 +159,10 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
    * are in doubt and noted like deliveries in flight: their redelivery is a blip.
    */
   private readonly unprovenAcks = new Map<amqp.Channel, UnprovenAcks>();
+  /** How many redeliveries nobody noted may be deliveries lost in transit at the last channel loss (see {@link rememberInFlight}). */
+  private inTransit: { count: number; until: number } | undefined;
+  /** Channels whose loss was noted (a reattach and the close both note it). */
+  private readonly transitNoted = new WeakSet<amqp.Channel>();
   private readonly controllers = new Set<HandlerRun<unknown>>();
   private stopping = false;
   private closed = false;
@@ -267,13 +277,36 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
    * that the broker read the ack: those redeliveries are blips, not deaths.
    */
   private rememberInFlight(ch: amqp.Channel): void {
-    for (const d of this.inFlight) if (d.ch === ch && !d.settled) this.remember(d.msg);
-    for (const d of this.waiting) if (d.ch === ch) this.remember(d.msg);
+    let held = 0;
+    for (const d of this.inFlight) {
+      if (d.ch === ch && !d.settled) {
+        this.remember(d.msg);
+        held += 1;
+      }
+    }
+    for (const d of this.waiting) {
+      if (d.ch === ch) {
+        this.remember(d.msg);
+        held += 1;
+      }
+    }
     const unproven = this.unprovenAcks.get(ch);
-    if (unproven === undefined) return;
-    this.unprovenAcks.delete(ch);
-    clearTimeout(unproven.timer);
-    for (const key of unproven.keys) this.remember(key);
+    if (unproven !== undefined) {
+      this.unprovenAcks.delete(ch);
+      clearTimeout(unproven.timer);
+      for (const key of unproven.keys) this.remember(key);
+      held += unproven.keys.length;
+    }
+    // Deliveries the broker had sent that never arrived (in the socket buffers, on the
+    // wire) come back redelivered too, and this process never saw them. Which they were
+    // is unknown; how many there could be is not: the prefetch, less what the channel
+    // held and had acked in doubt. That many redeliveries nobody noted are let through
+    // as blips for a short while.
+    if (!this.transitNoted.has(ch)) {
+      this.transitNoted.add(ch);
+      const unseen = Math.max(0, this.prefetch - held);
+      if (unseen > 0) this.inTransit = { count: unseen, until: Date.now() + IN_TRANSIT_MS };
+    }
   }
 
   /** Keeps an ack on `d.ch` in doubt until the broker answers a request written after it. */
@@ -336,13 +369,25 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
 
   /** True (once per delivery noted) when this process saw the delivery's previous channel close with it unsettled. */
   private wasSeenInFlight(msg: amqp.ConsumeMessage): boolean {
-    if (this.seenInFlight.size === 0) return false;
     const key = deliveryKey(msg);
-    const seen = this.seenInFlight.get(key);
-    if (seen === undefined) return false;
+    const seen = this.seenInFlight.size === 0 ? undefined : this.seenInFlight.get(key);
+    if (seen === undefined) return this.wasInTransit();
     seen.count -= 1;
     if (seen.count <= 0 || seen.until <= Date.now()) this.seenInFlight.delete(key);
     return seen.until > Date.now();
+  }
+
+  /** True (for as many as may have been in transit) for a redelivery nobody noted, soon after a channel's loss. */
+  private wasInTransit(): boolean {
+    const transit = this.inTransit;
+    if (transit === undefined) return false;
+    if (transit.until <= Date.now()) {
+      this.inTransit = undefined;
+      return false;
+    }
+    transit.count -= 1;
+    if (transit.count <= 0) this.inTransit = undefined;
+    return true;
   }
 
   private forget(ch: amqp.Channel): void {

@@ -49,31 +49,45 @@ describe.each<QueueType>(['classic', 'quorum'])('acks lost on a connection that 
 });
 
 describe('an ack the broker was seen to read', () => {
-  it('is no excuse for a copy with the same id that another consumer died holding: that redelivery still counts', async () => {
+  it('is not noted as in doubt when its channel is lost', async () => {
     const topology = testTopology(({ exchange, name }) => ({ exchange, queueType: 'classic', crashLimit: 2, consumers: { [name('proven')]: { bindings: ['x'] } } }));
     const c = [...topology.consumers.values()][0]!;
     const warren = await connectWarren(topology, { reconnect: { initialDelayMs: 10, maxDelayMs: 100 } });
-    const raw = await rawConnection();
-    // Another consumer takes the first copy of message 'same' and holds it.
-    const other = await raw.createChannel();
-    await other.prefetch(1);
-    let held: amqp.ConsumeMessage | undefined;
-    await other.consume(c.queue, (m) => (held = m ?? undefined), { noAck: false });
-    other.sendToQueue(c.queue, Buffer.from('{"n":1}'), { messageId: 'same', contentType: 'application/json', persistent: true });
-    await waitFor(() => held !== undefined, 'the other consumer to hold the first copy');
-    // warren handles and acks a second copy with the same id; the broker confirms reading the ack.
     const consumer = await warren.consume(c.name, async () => undefined);
-    other.sendToQueue(c.queue, Buffer.from('{"n":1}'), { messageId: 'same', contentType: 'application/json', persistent: true });
-    await waitFor(() => consumer.stats.acked === 1, 'warren to ack its copy');
-    const unproven = (consumer as unknown as { unprovenAcks: Map<unknown, unknown> }).unprovenAcks;
-    await waitFor(() => unproven.size === 0, 'the broker to answer after the ack', 10_000);
-    // warren's connection drops (its ack is known to be read), then the other consumer dies holding its copy.
+    await warren.publish('x', { n: 1 }, { messageId: 'proven' });
+    await waitFor(() => consumer.stats.acked === 1, 'warren to ack it');
+    const internals = consumer as unknown as { unprovenAcks: Map<unknown, unknown>; seenInFlight: Map<string, unknown> };
+    await waitFor(() => internals.unprovenAcks.size === 0, 'the broker to answer after the ack', 10_000);
     const model = await warren.connection.waitReady(5000);
     (model as unknown as { connection: { stream: { destroy(e: Error): void } } }).connection.stream.destroy(new Error('cut by the test'));
     await waitFor(() => consumer.attached && warren.connection.currentGeneration === 2, 'the consumer to re-attach', 5_000);
+    expect(internals.seenInFlight.has('id:proven'), 'an ack the broker answered after is not in doubt').toBe(false);
+    await warren.close();
+  });
+});
+
+describe('deliveries that may have been in transit at a loss', () => {
+  it('excuse no more unexplained redeliveries than the prefetch less what the channel held: past that, a death still counts', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, queueType: 'classic', crashLimit: 2, consumers: { [name('transit')]: { bindings: ['x'] } } }));
+    const c = [...topology.consumers.values()][0]!;
+    const warren = await connectWarren(topology, { reconnect: { initialDelayMs: 10, maxDelayMs: 100 } });
+    const raw = await rawConnection();
+    // Another consumer takes three messages and holds them.
+    const other = await raw.createChannel();
+    await other.prefetch(3);
+    let held = 0;
+    await other.consume(c.queue, () => void (held += 1), { noAck: false });
+    for (let i = 0; i < 3; i++) other.sendToQueue(c.queue, Buffer.from(`{"i":${i}}`), { messageId: `held-${i}`, contentType: 'application/json', persistent: true });
+    await waitFor(() => held === 3, 'the other consumer to hold three');
+    // warren's channel (prefetch 2, holding nothing) is lost: up to two unexplained redeliveries may be deliveries it lost in transit.
+    const consumer = await warren.consume(c.name, async () => undefined, { prefetch: 2 });
+    const model = await warren.connection.waitReady(5000);
+    (model as unknown as { connection: { stream: { destroy(e: Error): void } } }).connection.stream.destroy(new Error('cut by the test'));
+    await waitFor(() => consumer.attached && warren.connection.currentGeneration === 2, 'the consumer to re-attach', 5_000);
+    // Then the other consumer dies holding three: two are excused, the third counts.
     await other.close();
-    await waitFor(() => consumer.stats.acked === 2, 'the redelivered copy to be handled');
-    expect(consumer.stats.redeliveryMoved, 'the redelivery is a death this process cannot explain').toBe(1);
+    await waitFor(() => consumer.stats.acked === 3, 'the three to be handled');
+    expect(consumer.stats.redeliveryMoved, 'the third redelivery is a death this process cannot explain').toBe(1);
     await warren.close();
   });
 });

@@ -52,13 +52,18 @@ describe('publisher backpressure', () => {
     const outcomes = await Promise.all(Array.from({ length: 5 }, (_, i) => warren.publish('load', { i }, { messageId: `slot-${i}` }).then(() => 'confirmed', (e: unknown) => e)));
     expect(Date.now() - started).toBeLessThan(3000);
     expect(outcomes.slice(0, 2).every((o) => o instanceof PublishNotConfirmedError)).toBe(true);
-    for (const o of outcomes.slice(2)) {
-      expect(o).toBeInstanceOf(PublishNotSentError);
-      expect((o as Error).message).toMatch(/no free slot within 300 ms/);
-    }
+    // The rest wait for a slot. One whose deadline falls a millisecond after the first
+    // two's (a busy machine) can take a slot their expiry frees, be written, and time
+    // out unconfirmed in its turn; at least one never gets a slot and fails unsent.
+    const rest = outcomes.slice(2);
+    for (const o of rest) expect(o instanceof PublishNotSentError || o instanceof PublishNotConfirmedError, String(o)).toBe(true);
+    const unsent = rest.filter((o): o is PublishNotSentError => o instanceof PublishNotSentError);
+    expect(unsent.length).toBeGreaterThanOrEqual(1);
+    for (const o of unsent) expect(o.message).toMatch(/no free slot within 300 ms/);
     proxy.unblock();
     await warren.publish('load', { last: true }, { messageId: 'last' });
-    // The two written before the stall arrive; the three that never had a slot never do.
-    expect((await drain(await rawConnection(), c.queue)).map((m) => m.properties.messageId)).toEqual(['slot-0', 'slot-1', 'last']);
+    // What was written arrives; what never had a slot never does.
+    const written = outcomes.flatMap((o, i) => (o instanceof PublishNotConfirmedError ? [`slot-${i}`] : []));
+    expect((await drain(await rawConnection(), c.queue)).map((m) => m.properties.messageId)).toEqual([...written, 'last']);
   });
 });
