@@ -6,7 +6,6 @@
  * The broker's own frames (heartbeats) keep reaching the client all along, so only its
  * reply to a request written after the ack proves the ack was read.
  */
-import type * as amqp from 'amqplib';
 import { describe, expect, it } from 'vitest';
 import type { QueueType } from '../../src/index.js';
 import { BlockingProxy } from '../../src/publish/testing/blocking-proxy.js';
