@@ -8,7 +8,8 @@
  *   both parse the JSON body and do nothing else; timed from the first delivery to the
  *   last ack. Rounds alternate warren and bare (which goes first alternates too), on
  *   every broker given; the medians and the median of each round's ratio are reported,
- *   with the client CPU per message.
+ *   with the client CPU per message. warren is loaded from the compiled `dist/` (built
+ *   first when older than `src/`), as an application loads it (see bench/built.ts).
  * - publish: confirmed publishes/s through warren's Publisher and through a bare
  *   ConfirmChannel with the same in-flight window, `mandatory`, persistent, a JSON body
  *   serialized per message and a message id per message.
@@ -30,6 +31,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import * as amqp from 'amqplib';
 import { defineTopology, HEADER, Warren, type Topology } from '../src/index.js';
+import { loadBuilt } from './built.js';
 import { AMQP_URL, brokerLabel, brokerUrls, brokerVersion, deleteTopology, median, printRows, type BenchRow } from './report.js';
 
 const SMALL = process.env['WARREN_BENCH_SMALL'] === '1';
@@ -105,9 +107,9 @@ const cpuSince = (start: NodeJS.CpuUsage, n: number): number => {
 };
 
 /** Messages/s of a warren consumer over a backlog of `n`, first delivery to last ack. */
-async function warrenDrain(topology: Topology, n: number, url: string = AMQP_URL): Promise<Drained> {
+async function warrenDrain(topology: Topology, n: number, url: string = AMQP_URL, lib: { Warren: typeof Warren } = { Warren }): Promise<Drained> {
   const { name } = workQueue(topology);
-  const warren = await Warren.connect({ url, topology, declare: false, connectionName: 'warren-bench' });
+  const warren = await lib.Warren.connect({ url, topology, declare: false, connectionName: 'warren-bench' });
   try {
     let first = 0;
     let cpu = process.cpuUsage();
@@ -355,6 +357,8 @@ function runMemoryChild(kind: 'warren' | 'bare', topology: Topology, n: number):
  * the client CPU per message.
  */
 async function consumeOn(url: string, log: (line: string) => void): Promise<BenchRow[]> {
+  // warren as an application loads it (see bench/built.ts).
+  const lib = await loadBuilt();
   const topology = benchTopology('consume');
   const { queue } = workQueue(topology);
   const setup = await Warren.connect({ url, topology });
@@ -366,7 +370,7 @@ async function consumeOn(url: string, log: (line: string) => void): Promise<Benc
     // Warm up both paths (JIT, broker queue process) on a smaller backlog.
     const warm = Math.min(5000, CONSUME_MESSAGES);
     await fill(queue, warm, url);
-    await warrenDrain(topology, warm, url);
+    await warrenDrain(topology, warm, url, lib);
     await fill(queue, warm, url);
     await bareDrain(queue, warm, url);
     const got = { warren: [] as Drained[], bare: [] as Drained[] };
@@ -375,7 +379,7 @@ async function consumeOn(url: string, log: (line: string) => void): Promise<Benc
       const order = round % 2 === 0 ? (['warren', 'bare'] as const) : (['bare', 'warren'] as const);
       for (const who of order) {
         await fill(queue, CONSUME_MESSAGES, url);
-        got[who].push(who === 'warren' ? await warrenDrain(topology, CONSUME_MESSAGES, url) : await bareDrain(queue, CONSUME_MESSAGES, url));
+        got[who].push(who === 'warren' ? await warrenDrain(topology, CONSUME_MESSAGES, url, lib) : await bareDrain(queue, CONSUME_MESSAGES, url));
       }
       const w = got.warren.at(-1) as Drained;
       const b = got.bare.at(-1) as Drained;
