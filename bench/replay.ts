@@ -1,7 +1,7 @@
 /**
  * Replay benchmark:
  *
- * - replay of 10,000 parked messages to their consumer's queue, each copy confirmed
+ * - replay of 5,000 parked messages to their consumer's queue, each copy confirmed
  *   before its original is acknowledged: messages/s from start to the last confirm,
  *   on a classic queue (the default) and a quorum queue, on every broker given, beside
  *   a bare amqplib loop doing the same move by hand: consume the parked queue with a
@@ -21,7 +21,7 @@
  * development machine, :5672 and :5673); the CLI and paced rows on WARREN_BENCH_AMQP_URL,
  * else WARREN_AMQP_URL (default amqp://guest:guest@127.0.0.1:5672). It works in queues
  * of its own and removes them afterwards. Sizes: WARREN_BENCH_REPLAY_MESSAGES (default
- * 10,000), WARREN_BENCH_REPLAY_ROUNDS (default 3); WARREN_BENCH_SMALL=1 for a quick
+ * 5,000), WARREN_BENCH_REPLAY_ROUNDS (default 3); WARREN_BENCH_SMALL=1 for a quick
  * check (1,000 messages, 3 rounds).
  */
 import { spawn } from 'node:child_process';
@@ -38,7 +38,7 @@ import { AMQP_URL, brokerLabel, brokerUrls, brokerVersion, median, printRows, ty
 
 const SMALL = process.env['WARREN_BENCH_SMALL'] === '1';
 /** Parked messages per replay run. */
-const MESSAGES = Number(process.env['WARREN_BENCH_REPLAY_MESSAGES'] ?? (SMALL ? 1_000 : 10_000));
+const MESSAGES = Number(process.env['WARREN_BENCH_REPLAY_MESSAGES'] ?? (SMALL ? 1_000 : 5_000));
 const ROUNDS = Number(process.env['WARREN_BENCH_REPLAY_ROUNDS'] ?? 3);
 const URLS = brokerUrls('WARREN_BENCH_REPLAY_URLS');
 /** warren's default `maxInFlight`: the bare loop's prefetch. */
