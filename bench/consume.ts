@@ -6,7 +6,10 @@
  *   path) and by a bare amqplib consumer with the same prefetch and one manual ack per
  *   message. Both read the same queue, the same messages (same size and properties),
  *   both parse the JSON body and do nothing else; timed from the first delivery to the
- *   last ack. Rounds alternate warren and bare; the median is reported.
+ *   last ack. Rounds alternate warren and bare (which goes first alternates too), on
+ *   every broker given; the medians and the median of each round's ratio are reported,
+ *   with the client CPU per message. warren is loaded from the compiled `dist/` (built
+ *   first when older than `src/`), as an application loads it (see bench/built.ts).
  * - publish: confirmed publishes/s through warren's Publisher and through a bare
  *   ConfirmChannel with the same in-flight window, `mandatory`, persistent, a JSON body
  *   serialized per message and a message id per message.
@@ -14,23 +17,30 @@
  *   draining a 100,000-message backlog, each in a child process of its own so the
  *   figure is that process's alone.
  *
- * Run alone with `npx tsx bench/consume.ts`. Needs RabbitMQ at WARREN_BENCH_AMQP_URL,
- * AMQP_URL or WARREN_AMQP_URL (default amqp://guest:guest@127.0.0.1:5672); it declares
+ * Run alone with `npx tsx bench/consume.ts`. The consume figures run on every broker of
+ * WARREN_BENCH_CONSUME_URLS (comma separated, default the 3.10 and 4.0 brokers of the
+ * development machine, amqp://guest:guest@127.0.0.1:5672 and :5673); publish and memory
+ * on WARREN_BENCH_AMQP_URL, AMQP_URL or WARREN_AMQP_URL (default the first). It declares
  * queues of its own and deletes them afterwards. Sized for a 2-core machine: a few
- * minutes. WARREN_BENCH_CONSUME_MESSAGES, WARREN_BENCH_PUBLISH_MESSAGES,
- * WARREN_BENCH_MEMORY_MESSAGES and WARREN_BENCH_ROUNDS change the sizes.
+ * minutes. WARREN_BENCH_CONSUME_MESSAGES (default 30,000), WARREN_BENCH_PUBLISH_MESSAGES,
+ * WARREN_BENCH_MEMORY_MESSAGES and WARREN_BENCH_ROUNDS (default 5) change the sizes;
+ * WARREN_BENCH_SMALL=1 makes them all small (a quick check that it runs).
  */
 import { spawn } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import * as amqp from 'amqplib';
 import { defineTopology, HEADER, Warren, type Topology } from '../src/index.js';
-import { AMQP_URL, deleteTopology, printRows, type BenchRow } from './report.js';
+import { loadBuilt } from './built.js';
+import { AMQP_URL, brokerLabel, brokerUrls, brokerVersion, deleteTopology, median, printRows, type BenchRow } from './report.js';
 
-const CONSUME_MESSAGES = Number(process.env['WARREN_BENCH_CONSUME_MESSAGES'] ?? 50_000);
-const PUBLISH_MESSAGES = Number(process.env['WARREN_BENCH_PUBLISH_MESSAGES'] ?? 30_000);
-const MEMORY_MESSAGES = Number(process.env['WARREN_BENCH_MEMORY_MESSAGES'] ?? 100_000);
-const ROUNDS = Number(process.env['WARREN_BENCH_ROUNDS'] ?? 3);
+const SMALL = process.env['WARREN_BENCH_SMALL'] === '1';
+const CONSUME_MESSAGES = Number(process.env['WARREN_BENCH_CONSUME_MESSAGES'] ?? (SMALL ? 3_000 : 30_000));
+const PUBLISH_MESSAGES = Number(process.env['WARREN_BENCH_PUBLISH_MESSAGES'] ?? (SMALL ? 3_000 : 30_000));
+const MEMORY_MESSAGES = Number(process.env['WARREN_BENCH_MEMORY_MESSAGES'] ?? (SMALL ? 5_000 : 100_000));
+const ROUNDS = Number(process.env['WARREN_BENCH_ROUNDS'] ?? (SMALL ? 3 : 5));
+/** The brokers the consume figures run on. */
+const CONSUME_URLS = brokerUrls('WARREN_BENCH_CONSUME_URLS');
 const PREFETCH = 50;
 const WINDOW = 256;
 const ROUTING_KEY = 'bench.order';
@@ -53,16 +63,16 @@ function workQueue(topology: Topology): { name: string; queue: string } {
 
 
 /** Opens a bare amqplib connection with the socket options warren uses. */
-function bareConnect(): Promise<amqp.ChannelModel> {
-  return amqp.connect(AMQP_URL, { noDelay: true });
+function bareConnect(url: string = AMQP_URL): Promise<amqp.ChannelModel> {
+  return amqp.connect(url, { noDelay: true });
 }
 
 /**
  * Puts `n` messages in `queue`, shaped as warren's publisher shapes them (message id,
  * JSON content type, persistent, timestamp, occurred-at header), with confirms.
  */
-async function fill(queue: string, n: number): Promise<void> {
-  const conn = await bareConnect();
+async function fill(queue: string, n: number, url: string = AMQP_URL): Promise<void> {
+  const conn = await bareConnect(url);
   try {
     const ch = await conn.createConfirmChannel();
     const batch = 2000;
@@ -85,12 +95,24 @@ async function fill(queue: string, n: number): Promise<void> {
   }
 }
 
+/** What a drain measured, first delivery to last ack: messages/s and client CPU per message (µs). */
+interface Drained {
+  readonly rate: number;
+  readonly cpuUs: number;
+}
+
+const cpuSince = (start: NodeJS.CpuUsage, n: number): number => {
+  const used = process.cpuUsage(start);
+  return (used.user + used.system) / n;
+};
+
 /** Messages/s of a warren consumer over a backlog of `n`, first delivery to last ack. */
-async function warrenDrain(topology: Topology, n: number): Promise<number> {
+async function warrenDrain(topology: Topology, n: number, url: string = AMQP_URL, lib: { Warren: typeof Warren } = { Warren }): Promise<Drained> {
   const { name } = workQueue(topology);
-  const warren = await Warren.connect({ url: AMQP_URL, topology, declare: false, connectionName: 'warren-bench' });
+  const warren = await lib.Warren.connect({ url, topology, declare: false, connectionName: 'warren-bench' });
   try {
     let first = 0;
+    let cpu = process.cpuUsage();
     let finish!: (ms: number) => void;
     let fail!: (error: unknown) => void;
     const finished = new Promise<number>((resolve, reject) => {
@@ -99,7 +121,10 @@ async function warrenDrain(topology: Topology, n: number): Promise<number> {
     });
     // An async handler, as applications write them; it does no work.
     const consumer = await warren.consume(name, async () => {
-      if (first === 0) first = performance.now();
+      if (first === 0) {
+        first = performance.now();
+        cpu = process.cpuUsage();
+      }
     }, { prefetch: PREFETCH, concurrency: PREFETCH });
     // Every message must succeed the first time: a retry would measure something else.
     // Outcomes can come before `consume()` returns, so count with the stats, not the events.
@@ -111,33 +136,39 @@ async function warrenDrain(topology: Topology, n: number): Promise<number> {
     consumer.on('outcome', check);
     check();
     const last = await finished;
-    return n / ((last - first) / 1000);
+    const cpuUs = cpuSince(cpu, n);
+    return { rate: n / ((last - first) / 1000), cpuUs };
   } finally {
     await warren.close();
   }
 }
 
 /** Messages/s of a bare amqplib consumer, same prefetch, one ack per message, JSON parsed. */
-async function bareDrain(queue: string, n: number): Promise<number> {
-  const conn = await bareConnect();
+async function bareDrain(queue: string, n: number, url: string = AMQP_URL): Promise<Drained> {
+  const conn = await bareConnect(url);
   try {
     const ch = await conn.createChannel();
     await ch.prefetch(PREFETCH);
     let first = 0;
+    let cpu = process.cpuUsage();
     let done = 0;
     let sink = 0;
     const last = await new Promise<number>((resolve, reject) => {
       ch.consume(queue, (msg) => {
         if (msg === null) return reject(new Error('bare consumer cancelled'));
-        if (first === 0) first = performance.now();
+        if (first === 0) {
+          first = performance.now();
+          cpu = process.cpuUsage();
+        }
         sink += (JSON.parse(msg.content.toString('utf8')) as { orderId: number }).orderId;
         ch.ack(msg);
         if (++done === n) resolve(performance.now());
       }).catch(reject);
     });
+    const cpuUs = cpuSince(cpu, n);
     if (sink < 0) throw new Error('unreachable');
     await ch.close();
-    return n / ((last - first) / 1000);
+    return { rate: n / ((last - first) / 1000), cpuUs };
   } finally {
     await conn.close();
   }
@@ -221,12 +252,6 @@ async function purge(queue: string): Promise<void> {
   } finally {
     await conn.close();
   }
-}
-
-function median(values: readonly number[]): number {
-  const s = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(s.length / 2);
-  return s.length % 2 === 1 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
 }
 
 /** What a memory child reports on stdout. */
@@ -326,41 +351,64 @@ function runMemoryChild(kind: 'warren' | 'bare', topology: Topology, n: number):
   });
 }
 
+/**
+ * The consume figures on one broker: warren and bare alternating (which goes first
+ * alternates too), each draining the same backlog; medians, the median round ratio and
+ * the client CPU per message.
+ */
+async function consumeOn(url: string, log: (line: string) => void): Promise<BenchRow[]> {
+  // warren as an application loads it (see bench/built.ts).
+  const lib = await loadBuilt();
+  const topology = benchTopology('consume');
+  const { queue } = workQueue(topology);
+  const setup = await Warren.connect({ url, topology });
+  await setup.close();
+  const probe = await bareConnect(url);
+  const version = brokerVersion(probe);
+  await probe.close();
+  try {
+    // Warm up both paths (JIT, broker queue process) on a smaller backlog.
+    const warm = Math.min(5000, CONSUME_MESSAGES);
+    await fill(queue, warm, url);
+    await warrenDrain(topology, warm, url, lib);
+    await fill(queue, warm, url);
+    await bareDrain(queue, warm, url);
+    const got = { warren: [] as Drained[], bare: [] as Drained[] };
+    const ratios: number[] = [];
+    for (let round = 0; round < ROUNDS; round++) {
+      const order = round % 2 === 0 ? (['warren', 'bare'] as const) : (['bare', 'warren'] as const);
+      for (const who of order) {
+        await fill(queue, CONSUME_MESSAGES, url);
+        got[who].push(who === 'warren' ? await warrenDrain(topology, CONSUME_MESSAGES, url, lib) : await bareDrain(queue, CONSUME_MESSAGES, url));
+      }
+      const w = got.warren.at(-1) as Drained;
+      const b = got.bare.at(-1) as Drained;
+      ratios.push(w.rate / b.rate);
+      log(`${brokerLabel(url)} consume round ${round + 1}: warren ${Math.round(w.rate)} msg/s (${w.cpuUs.toFixed(1)} µs CPU), bare ${Math.round(b.rate)} msg/s (${b.cpuUs.toFixed(1)} µs CPU), ratio ${(ratios.at(-1) as number).toFixed(3)}`);
+    }
+    return [
+      {
+        group: `consume, success path (${CONSUME_MESSAGES.toLocaleString('en-US')} backlog, prefetch ${PREFETCH}), RabbitMQ ${version} (${brokerLabel(url)})`,
+        metric: `messages/s, median of ${ROUNDS} (median round ratio ${median(ratios).toFixed(2)})`,
+        warren: median(got.warren.map((d) => d.rate)),
+        baseline: median(got.bare.map((d) => d.rate)),
+        baselineName: 'bare amqplib',
+        goal: '>= 0.95',
+      },
+      { group: '  same, client CPU', metric: 'microseconds per message, median', warren: median(got.warren.map((d) => d.cpuUs)), baseline: median(got.bare.map((d) => d.cpuUs)), baselineName: 'bare amqplib' },
+    ];
+  } finally {
+    await deleteTopology(topology, url);
+  }
+}
+
 /** The core figures: consume and publish rates against bare amqplib, and consumer memory. */
 export async function benchCore(): Promise<BenchRow[]> {
   const rows: BenchRow[] = [];
   const log = (line: string): void => void process.stderr.write(`bench/consume: ${line}\n`);
 
-  // (a) consume, success path.
-  {
-    const topology = benchTopology('consume');
-    const { queue } = workQueue(topology);
-    const setup = await Warren.connect({ url: AMQP_URL, topology });
-    await setup.close();
-    try {
-      // Warm up both paths (JIT, broker queue process) on a smaller backlog.
-      const warm = Math.min(5000, CONSUME_MESSAGES);
-      await fill(queue, warm);
-      await warrenDrain(topology, warm);
-      await fill(queue, warm);
-      await bareDrain(queue, warm);
-      const w: number[] = [];
-      const b: number[] = [];
-      for (let round = 0; round < ROUNDS; round++) {
-        // Alternate which goes first, so drift in the broker favours neither.
-        const order = round % 2 === 0 ? (['warren', 'bare'] as const) : (['bare', 'warren'] as const);
-        for (const who of order) {
-          await fill(queue, CONSUME_MESSAGES);
-          const rate = who === 'warren' ? await warrenDrain(topology, CONSUME_MESSAGES) : await bareDrain(queue, CONSUME_MESSAGES);
-          (who === 'warren' ? w : b).push(rate);
-          log(`consume round ${round + 1}: ${who} ${Math.round(rate)} msg/s`);
-        }
-      }
-      rows.push({ group: `consume, success path (${CONSUME_MESSAGES.toLocaleString('en-US')} backlog, prefetch ${PREFETCH})`, metric: 'messages/s, median', warren: median(w), baseline: median(b), baselineName: 'bare amqplib', goal: '>= 0.9' });
-    } finally {
-      await deleteTopology(topology);
-    }
-  }
+  // (a) consume, success path, on every broker given.
+  for (const url of CONSUME_URLS) rows.push(...(await consumeOn(url, log)));
 
   // (b) confirmed publishes.
   {

@@ -4,12 +4,18 @@
  * depend on the machine and on what else runs on it.
  *
  *   npm run bench                 all of them
- *   npm run bench -- core stores  some of them (core, publish, stores, replay, retry, metrics, tracing, console)
+ *   npm run bench -- core stores  some of them (core, publish, stores, replay, hop, retry, metrics, tracing, console)
+ *
+ * core (consume), publish, hop and replay run on both brokers of the development
+ * machine (3.10 at :5672, 4.0 at :5673) unless their URLs variable says otherwise;
+ * WARREN_BENCH_SMALL=1 makes those four quick (small backlogs, 3 rounds).
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { loadavg } from 'node:os';
 import { benchConsole } from './console.js';
 import { benchCore } from './consume.js';
+import { benchHop } from './hop.js';
 import { benchMetrics } from './metrics.js';
 import { benchPublish } from './publish.js';
 import { benchReplay } from './replay.js';
@@ -18,7 +24,7 @@ import { benchRetryTable } from './retry-table.js';
 import { benchStores } from './stores.js';
 import { benchTracing } from './tracing.js';
 
-const suites: Record<string, () => Promise<BenchRow[]>> = { core: benchCore, publish: benchPublish, stores: benchStores, replay: benchReplay, retry: benchRetryTable, metrics: benchMetrics, tracing: benchTracing, console: benchConsole };
+const suites: Record<string, () => Promise<BenchRow[]>> = { core: benchCore, publish: benchPublish, stores: benchStores, replay: benchReplay, hop: benchHop, retry: benchRetryTable, metrics: benchMetrics, tracing: benchTracing, console: benchConsole };
 const wanted = process.argv.slice(2).filter((a) => !a.startsWith('-'));
 for (const name of wanted) {
   if (!(name in suites)) {
@@ -42,5 +48,5 @@ for (const name of chosen) {
   console.log(`  ${name} took ${((Date.now() - started) / 1000).toFixed(1)} s`);
 }
 console.log();
-console.log(`broker: ${process.env['WARREN_AMQP_URL'] ?? process.env['WARREN_TEST_AMQP_URL'] ?? 'amqp://127.0.0.1:5672'}, node ${process.version}`);
+console.log(`broker (single-broker benchmarks): ${process.env['WARREN_BENCH_AMQP_URL'] ?? process.env['AMQP_URL'] ?? process.env['WARREN_AMQP_URL'] ?? 'amqp://guest:guest@127.0.0.1:5672'}, node ${process.version}, load average ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
 printRows(rows);

@@ -1,16 +1,28 @@
 /**
  * Replay benchmark:
  *
- * - replay of 10,000 parked messages to their consumer's queue, each copy confirmed
+ * - replay of 5,000 parked messages to their consumer's queue, each copy confirmed
  *   before its original is acknowledged: messages/s from start to the last confirm,
- *   on a classic queue (the default) and a quorum queue;
+ *   on a classic queue (the default) and a quorum queue, on every broker given, beside
+ *   a bare amqplib loop doing the same move by hand: consume the parked queue with a
+ *   prefetch of 500 (warren's `maxInFlight`, the changes a walk has uncommitted at
+ *   most), publish each copy (the replay headers warren writes) to the work queue on a
+ *   confirm channel, ack the original on its confirm. Both run on the same open
+ *   connection and are timed from the call to the last settlement: warren's last
+ *   commit-ok, the bare side's last ack sent (which favours the bare side a little). Rounds alternate warren and bare (which goes
+ *   first alternates too); medians, the median round ratio and the client CPU per
+ *   message are reported. warren is loaded from the compiled `dist/` (bench/built.ts);
  * - the same through the built `warren parked replay` executable, process start included
  *   (when dist/ is built);
  * - `--rate 100`: the measured rate, which should be within 10% of 100.
  *
- * Run alone with `npx tsx bench/replay.ts`. Needs RabbitMQ (WARREN_BENCH_AMQP_URL, else
- * WARREN_AMQP_URL, default amqp://guest:guest@127.0.0.1:5672); it works in queues of
- * its own and removes them afterwards.
+ * Run alone with `npx tsx bench/replay.ts`. The replay rows run on every broker of
+ * WARREN_BENCH_REPLAY_URLS (comma separated, default the 3.10 and 4.0 brokers of the
+ * development machine, :5672 and :5673); the CLI and paced rows on WARREN_BENCH_AMQP_URL,
+ * else WARREN_AMQP_URL (default amqp://guest:guest@127.0.0.1:5672). It works in queues
+ * of its own and removes them afterwards. Sizes: WARREN_BENCH_REPLAY_MESSAGES (default
+ * 5,000), WARREN_BENCH_REPLAY_ROUNDS (default 3); WARREN_BENCH_SMALL=1 for a quick
+ * check (1,000 messages, 3 rounds).
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -21,10 +33,16 @@ import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import * as amqp from 'amqplib';
 import { declareTopology, defineTopology, HEADER, replayParked, topologySpec, type ConsumerTopology, type Topology, type TopologyOptions } from '../src/index.js';
-import { AMQP_URL, printRows, type BenchRow } from './report.js';
+import { loadBuilt } from './built.js';
+import { AMQP_URL, brokerLabel, brokerUrls, brokerVersion, median, printRows, type BenchRow } from './report.js';
 
+const SMALL = process.env['WARREN_BENCH_SMALL'] === '1';
 /** Parked messages per replay run. */
-const MESSAGES = Number(process.env['WARREN_BENCH_REPLAY_MESSAGES'] ?? 10_000);
+const MESSAGES = Number(process.env['WARREN_BENCH_REPLAY_MESSAGES'] ?? (SMALL ? 1_000 : 5_000));
+const ROUNDS = Number(process.env['WARREN_BENCH_REPLAY_ROUNDS'] ?? 3);
+const URLS = brokerUrls('WARREN_BENCH_REPLAY_URLS');
+/** warren's default `maxInFlight`: the bare loop's prefetch. */
+const WINDOW = 500;
 /** Messages for the paced run: 5 s at 100/s. */
 const PACED = Number(process.env['WARREN_BENCH_REPLAY_PACED'] ?? 500);
 const MAIN = fileURLToPath(new URL('../dist/cli/main.js', import.meta.url));
@@ -84,9 +102,9 @@ async function remove(model: amqp.ChannelModel, topology: Topology): Promise<voi
   await ch.close().catch(() => undefined);
 }
 
-async function withTopology<T>(queueType: 'classic' | 'quorum', work: (model: amqp.ChannelModel, topology: Topology, c: ConsumerTopology, opts: TopologyOptions) => Promise<T>): Promise<T> {
+async function withTopology<T>(queueType: 'classic' | 'quorum', work: (model: amqp.ChannelModel, topology: Topology, c: ConsumerTopology, opts: TopologyOptions) => Promise<T>, url: string = AMQP_URL): Promise<T> {
   // Nagle off, as warren's own connections: every basic.get is a round trip.
-  const model = await amqp.connect(AMQP_URL, { noDelay: true });
+  const model = await amqp.connect(url, { noDelay: true });
   const opts = options(queueType);
   const topology = defineTopology(opts);
   try {
@@ -98,22 +116,115 @@ async function withTopology<T>(queueType: 'classic' | 'quorum', work: (model: am
   }
 }
 
-/** Replays `MESSAGES` parked messages through the library; messages/s, start to last confirm. */
-async function replayRate(queueType: 'classic' | 'quorum'): Promise<number> {
-  return withTopology(queueType, async (model, topology, c) => {
-    // Warm up the JIT and the queues.
-    await park(model, topology, c, 500);
-    await replayParked(model, c);
-    await purgeWork(model, c);
-    await park(model, topology, c, MESSAGES);
-    const started = performance.now();
-    const result = await replayParked(model, c);
-    const seconds = (performance.now() - started) / 1000;
-    if (result.replayed !== MESSAGES) throw new Error(`replayed ${result.replayed} of ${MESSAGES}`);
-    const arrived = await purgeWork(model, c);
-    if (arrived !== MESSAGES) throw new Error(`${arrived} of ${MESSAGES} replayed messages reached the work queue`);
-    return MESSAGES / seconds;
+/** What one replay run measured: messages/s from the call to the last settlement, client CPU per message (µs). */
+interface Replayed {
+  readonly rate: number;
+  readonly cpuUs: number;
+}
+
+/**
+ * The move by hand: consume the parked queue (prefetch {@link WINDOW}), publish each copy
+ * with the replay headers to the work queue on a confirm channel, ack the original on its
+ * confirm; done when `n` are acked and the consuming channel is closed.
+ */
+async function bareReplay(model: amqp.ChannelModel, c: ConsumerTopology, n: number): Promise<number> {
+  const ch = await model.createChannel();
+  const pub = await model.createConfirmChannel();
+  await ch.prefetch(WINDOW);
+  let tag = '';
+  let done = 0;
+  let inFlight = 0;
+  let returned = 0;
+  pub.on('return', () => returned++);
+  await new Promise<void>((resolve, reject) => {
+    ch.consume(c.parkedQueue, (msg) => {
+      if (msg === null) return reject(new Error('bare replay cancelled'));
+      if (done + inFlight >= n) return; // not of this run: it goes back when the channel closes
+      inFlight++;
+      const h: Record<string, unknown> = { ...(msg.properties.headers ?? {}) };
+      delete h[HEADER.attempts];
+      delete h['x-death'];
+      const replays = h[HEADER.replays];
+      h[HEADER.replays] = (typeof replays === 'number' ? replays : 0) + 1;
+      h[HEADER.replayedAt] = new Date().toISOString();
+      const p = msg.properties;
+      pub.publish('', c.queue, msg.content, { messageId: p.messageId, contentType: p.contentType, persistent: true, headers: h, mandatory: true }, (err: unknown) => {
+        if (err) return reject(err instanceof Error ? err : new Error(String(err)));
+        ch.ack(msg);
+        inFlight--;
+        if (++done === n) resolve();
+      });
+    }).then((ok) => (tag = ok.consumerTag), reject);
   });
+  const finished = performance.now();
+  // A quorum queue settles acks asynchronously: a channel closed at once can have some
+  // acked messages returned (and delivered again). Stop the consumer, give the acks
+  // time to settle, then close (not timed).
+  await ch.cancel(tag);
+  await new Promise((r) => setTimeout(r, 500));
+  await ch.close();
+  await pub.close();
+  if (returned > 0) throw new Error(`${returned} bare copies were returned unroutable`);
+  return finished;
+}
+
+/**
+ * warren's replay and the bare loop on one broker and queue type, alternating, each round
+ * over `MESSAGES` freshly parked messages; every copy counted in the work queue.
+ */
+async function replayVsBare(lib: Awaited<ReturnType<typeof loadBuilt>>, url: string, queueType: 'classic' | 'quorum', log: (line: string) => void): Promise<BenchRow[]> {
+  return withTopology(
+    queueType,
+    async (model, topology, c) => {
+      const version = brokerVersion(model);
+      const run = async (who: 'warren' | 'bare', n: number): Promise<Replayed> => {
+        await park(model, topology, c, n);
+        const cpu = process.cpuUsage();
+        const started = performance.now();
+        let finished: number;
+        let used: NodeJS.CpuUsage;
+        if (who === 'warren') {
+          const result = await lib.replayParked(model, c);
+          finished = performance.now();
+          used = process.cpuUsage(cpu);
+          if (result.replayed !== n) throw new Error(`replayed ${result.replayed} of ${n}`);
+        } else {
+          finished = await bareReplay(model, c, n);
+          used = process.cpuUsage(cpu);
+        }
+        const seconds = (finished - started) / 1000;
+        const arrived = await purgeWork(model, c);
+        if (arrived !== n) throw new Error(`${who}: ${arrived} of ${n} replayed messages reached the work queue`);
+        return { rate: n / seconds, cpuUs: (used.user + used.system) / n };
+      };
+      // Warm up the JIT and the queues.
+      await run('warren', Math.min(500, MESSAGES));
+      await run('bare', Math.min(500, MESSAGES));
+      const got = { warren: [] as Replayed[], bare: [] as Replayed[] };
+      const ratios: number[] = [];
+      for (let round = 0; round < ROUNDS; round++) {
+        const order = round % 2 === 0 ? (['bare', 'warren'] as const) : (['warren', 'bare'] as const);
+        for (const who of order) got[who].push(await run(who, MESSAGES));
+        const w = got.warren.at(-1) as Replayed;
+        const b = got.bare.at(-1) as Replayed;
+        ratios.push(w.rate / b.rate);
+        log(`${brokerLabel(url)} ${queueType} round ${round + 1}: warren ${Math.round(w.rate)}/s (${w.cpuUs.toFixed(1)} µs CPU), bare ${Math.round(b.rate)}/s (${b.cpuUs.toFixed(1)} µs CPU), ratio ${(ratios.at(-1) as number).toFixed(3)}`);
+      }
+      const bare = `bare consume-publish-confirm-ack, prefetch ${WINDOW}`;
+      return [
+        {
+          group: `parked replay (${MESSAGES.toLocaleString('en-US')}, ${queueType}), RabbitMQ ${version} (${brokerLabel(url)})`,
+          metric: `messages/s with confirms, median of ${ROUNDS} (median round ratio ${median(ratios).toFixed(2)})`,
+          warren: median(got.warren.map((r) => r.rate)),
+          baseline: median(got.bare.map((r) => r.rate)),
+          baselineName: bare,
+          goal: '>= 0.9',
+        },
+        { group: '  same, client CPU', metric: 'microseconds per message, median', warren: median(got.warren.map((r) => r.cpuUs)), baseline: median(got.bare.map((r) => r.cpuUs)), baselineName: bare },
+      ];
+    },
+    url,
+  );
 }
 
 function runCli(args: readonly string[], env: Record<string, string>): Promise<{ code: number | null; stderr: string }> {
@@ -158,12 +269,15 @@ async function pacedRate(): Promise<number> {
   });
 }
 
-/** One row per figure: replay messages/s (classic, quorum, through the CLI) and the paced rate. */
+/** One row per figure: replay against the bare loop (each broker, classic and quorum), through the CLI, and the paced rate. */
 export async function benchReplay(): Promise<BenchRow[]> {
+  const lib = await loadBuilt();
+  const log = (line: string): void => void process.stderr.write(`bench/replay: ${line}\n`);
   const rows: BenchRow[] = [];
   const n = MESSAGES.toLocaleString('en-US');
-  rows.push({ group: `parked replay (${n}, classic)`, metric: 'messages/s with confirms', warren: await replayRate('classic'), goal: '>= 2000/s' });
-  rows.push({ group: `parked replay (${n}, quorum)`, metric: 'messages/s with confirms', warren: await replayRate('quorum') });
+  for (const url of URLS) {
+    for (const queueType of ['classic', 'quorum'] as const) rows.push(...(await replayVsBare(lib, url, queueType, log)));
+  }
   const cli = await cliRate();
   if (cli !== undefined) rows.push({ group: `warren parked replay (${n}, CLI)`, metric: 'messages/s, process start included', warren: cli });
   rows.push({ group: 'parked replay --rate 100', metric: 'measured messages/s', warren: await pacedRate(), goal: 'within 10% of 100' });

@@ -5,8 +5,8 @@ import type { Topology } from '../src/index.js';
 export const AMQP_URL = process.env['WARREN_BENCH_AMQP_URL'] ?? process.env['AMQP_URL'] ?? process.env['WARREN_AMQP_URL'] ?? 'amqp://guest:guest@127.0.0.1:5672';
 
 /** Deletes a benchmark's queues and exchange (benchmarks clean up; warren never deletes). */
-export async function deleteTopology(topology: Topology): Promise<void> {
-  const conn = await amqp.connect(AMQP_URL);
+export async function deleteTopology(topology: Topology, url: string = AMQP_URL): Promise<void> {
+  const conn = await amqp.connect(url);
   try {
     const ch = await conn.createChannel();
     for (const c of topology.consumers.values()) {
@@ -17,6 +17,39 @@ export async function deleteTopology(topology: Topology): Promise<void> {
   } finally {
     await conn.close();
   }
+}
+
+/** The brokers a benchmark runs on: the comma-separated `env` variable, default the 3.10 and 4.0 brokers of the development machine. */
+export function brokerUrls(env: string): string[] {
+  return (process.env[env] ?? 'amqp://guest:guest@127.0.0.1:5672,amqp://guest:guest@127.0.0.1:5673')
+    .split(',')
+    .map((u) => u.trim())
+    .filter(Boolean);
+}
+
+/** A broker's label in rows: its port, `:5672`. */
+export function brokerLabel(url: string): string {
+  return `:${new URL(url).port || '5672'}`;
+}
+
+/** The broker's version, as its connection announces it. */
+export function brokerVersion(model: amqp.ChannelModel): string {
+  return String((model.connection as unknown as { serverProperties?: { version?: string } }).serverProperties?.version ?? '?');
+}
+
+export function median(values: readonly number[]): number {
+  if (values.length === 0) return Number.NaN;
+  const s = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 === 1 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
+}
+
+/** Client CPU (user + system) in microseconds spent while `work` runs, per `n` messages. */
+export async function cpuPer<T>(n: number, work: () => Promise<T>): Promise<{ value: T; cpuUs: number }> {
+  const start = process.cpuUsage();
+  const value = await work();
+  const used = process.cpuUsage(start);
+  return { value, cpuUs: (used.user + used.system) / n };
 }
 
 /** One measured figure, optionally beside the baseline it is compared with. */
