@@ -71,6 +71,11 @@ export interface RunFacts {
   readonly schedulerTotals: Readonly<Record<string, number>>;
   /** Cluster runs: the node faults, with each consumer's resume time. */
   readonly failovers?: readonly Failover[];
+  /**
+   * Cluster runs: quorum queues that held dead-lettered messages without moving them for
+   * 30 s, and whose leader replica the run restarted to free them.
+   */
+  readonly heldDeadLetters?: ReadonlyArray<{ queue: string; leader: string; messages: number; heldMs: number }>;
   readonly timings: { readonly faultsMs: number; readonly settleMs: number; readonly totalMs: number };
 }
 
@@ -212,6 +217,9 @@ export function check(f: RunFacts): CheckResult {
     { check: 'duplicate parked copies (allowed, see below)', expected: '-', found: n(extraCopies), ok: true },
     { check: 'messages of unknown id', expected: '0', found: n(strangers.size), ok: strangers.size === 0 },
     { check: 'processes that died on their own', expected: '0', found: n(f.unexpectedExits.length), ok: f.unexpectedExits.length === 0 },
+    ...(f.heldDeadLetters
+      ? [{ check: 'dead-lettered messages held by the broker until a replica restart (see below)', expected: '-', found: n(f.heldDeadLetters.reduce((k, h) => k + h.messages, 0)), ok: true }]
+      : []),
     { check: 'pipeline at rest before the timeout', expected: 'yes', found: f.settled ? 'yes' : 'no', ok: f.settled },
   ];
   return { rows, violations, notes };
@@ -264,6 +272,12 @@ export function renderReport(f: RunFacts, r: CheckResult): string {
           `; longest pause in handling ${c.longestPauseMs === undefined ? '-' : `${c.longestPauseMs} ms`}${c.restartedByRun ? ' (also SIGKILLed by the run meanwhile)' : ''}`,
       );
     }
+  }
+  if (f.heldDeadLetters && f.heldDeadLetters.length > 0) {
+    out.push(
+      `Dead-lettered messages held by the broker: ${f.heldDeadLetters.map((h) => `${h.queue} held ${h.messages} for ${s(h.heldMs)} (leader ${h.leader})`).join('; ')}. ` +
+        `The queue kept them (at-least-once dead-lettering: nothing was lost) but did not move them on until the run restarted its leader replica; every message was then checked like the rest.`,
+    );
   }
   out.push(`Time: faults ${s(f.timings.faultsMs)}, coming to rest ${s(f.timings.settleMs)}, whole run ${s(f.timings.totalMs)} (services included).`);
   if (r.notes.length > 0) {

@@ -507,8 +507,10 @@ async function main(): Promise<number> {
       while (Date.now() < backBy && (await mgmt.quorum(queues.queue).catch(() => ({ online: [] as ClusterNode[] }))).online.length < 3) await sleep(500);
       const end = Date.now();
       for (const c of consumers) c.watch(false);
+      // A loss counts when it comes with the node going (a closed connection later is another fault).
+      const lostBy = t + stopMs + 5000;
       const per = consumers.map((c) => {
-        const lost = c.events.find((x) => x.at >= t && x.at <= end && x.type === 'lost');
+        const lost = c.events.find((x) => x.at >= t && x.at <= lostBy && x.type === 'lost');
         const restarted = c.events.find((x) => x.at >= t && x.at <= end && x.type === 'started');
         const attached = lost ? c.events.find((x) => x.at >= lost.at && x.type === 'connected') : undefined;
         const handled = attached ? c.events.find((x) => x.type === 'handled' && x.at >= attached.at) : undefined;
@@ -652,6 +654,10 @@ async function main(): Promise<number> {
     let lastProgress = 0;
     let settled = false;
     let lastState = '';
+    // Cluster: dead-lettered messages a quorum queue holds without moving them (RabbitMQ
+    // 3.10 after a leader's kill -9): since when, and the replica restarts that freed them.
+    const heldSince = new Map<string, number>();
+    const nudges: Array<{ queue: string; leader: string; messages: number; heldMs: number }> = [];
     while (Date.now() < deadline && !interrupted) {
       if (!producer.finished && !producer.running && producer.unexpectedExits.length > 0) throw new Error(`the producer died (${producer.unexpectedExits.join('; ')}); the run cannot tell what was published`);
       try {
@@ -661,6 +667,22 @@ async function main(): Promise<number> {
         const inQueues = depths.reduce((n, d) => n + d.messages, 0);
         const still = producer.finished && lag.pending === 0 && inQueues === 0 && unheld === 0;
         quiet = still ? quiet + 1 : 0;
+        if (cluster) {
+          for (const [i, q] of watched.entries()) {
+            const dlx = depths[i]?.dlx ?? 0;
+            if (dlx === 0) heldSince.delete(q);
+            else if (!heldSince.has(q)) heldSince.set(q, Date.now());
+            else if (Date.now() - (heldSince.get(q) ?? 0) > 30_000) {
+              const leader = (await mgmt.quorum(q)).leader;
+              if (!leader) continue;
+              const heldMs = Date.now() - (heldSince.get(q) ?? 0);
+              say(`  queue ${q} has held ${dlx} dead-lettered messages for ${seconds(heldMs)} without moving them; restarting its leader replica on ${leader}`);
+              say(`  ${await services('cluster', 'restart-member', leader, q)}`);
+              nudges.push({ queue: q, leader, messages: dlx, heldMs });
+              heldSince.delete(q);
+            }
+          }
+        }
         lastState =
           `${progress.effects}/${progress.expected} side effects` +
           `${producer.finished ? '' : ' (producer still publishing)'}, parked ${parked.messages}, work queue ${depths[0]?.messages ?? 0} (${depths[0]?.unacked ?? 0} unacked)` +
@@ -719,6 +741,7 @@ async function main(): Promise<number> {
       relayTotals: relay.totals(),
       schedulerTotals: scheduler.totals(),
       failovers,
+      ...(cluster ? { heldDeadLetters: nudges } : {}),
       timings: { faultsMs: faultsEnded - t0, settleMs: settledAt - faultsEnded, totalMs: Date.now() - runStarted },
     };
     const result = check(facts);

@@ -8,6 +8,7 @@
 #   chaos/services.sh rabbit  clean 3.10|4.0 [LOGDIR]
 #   chaos/services.sh cluster start|stop | clean [LOGDIR]
 #   chaos/services.sh cluster stop-node|start-node|kill-node c1|c2|c3
+#   chaos/services.sh cluster restart-member c1|c2|c3 QUEUE
 #   chaos/services.sh pg      start|stop|restart PORT | clean PORT [LOGDIR]
 #
 # kill is kill -9 of the node's Erlang VM, then a start on the same data.
@@ -355,6 +356,18 @@ wait_members() {
   done
 }
 
+# Restarts one quorum queue's replica on a node (Ra stop and restart of the
+# member): when it led the queue, another member is elected leader and starts
+# the queue's dead-letter worker afresh. The run does this to a queue whose
+# dead-lettered messages the broker has held for a while without moving them.
+member_restart() {
+  local queue=$1
+  [[ $queue =~ ^[A-Za-z0-9._-]+$ ]] || die "queue name '$queue' is not one the run declares"
+  as_rabbit rabbitmqctl -q -n "$NODE" eval "S = {'%2F_$queue', node()}, {ok, ok} = {ra:stop_server(quorum_queues, S), ra:restart_server(quorum_queues, S)}, ok." >/dev/null ||
+    die "could not restart the replica of $queue on $NODE"
+  say "replica of quorum queue $queue on $NODE restarted"
+}
+
 # --- PostgreSQL --------------------------------------------------------------
 
 pg_vars() {
@@ -417,7 +430,7 @@ pg_clean() {
   rm -rf --one-file-system "$PGDIR"
 }
 
-USAGE="usage: $0 rabbit start|stop|restart|kill 3.10|4.0 | rabbit clean 3.10|4.0 [LOGDIR] | cluster start|stop | cluster clean [LOGDIR] | cluster stop-node|start-node|kill-node c1|c2|c3 | pg start|stop|restart PORT | pg clean PORT [LOGDIR]"
+USAGE="usage: $0 rabbit start|stop|restart|kill 3.10|4.0 | rabbit clean 3.10|4.0 [LOGDIR] | cluster start|stop | cluster clean [LOGDIR] | cluster stop-node|start-node|kill-node c1|c2|c3 | cluster restart-member c1|c2|c3 QUEUE | pg start|stop|restart PORT | pg clean PORT [LOGDIR]"
 case ${1:-}:${2:-} in
   rabbit:start) rabbit_vars "${3:-}"; rabbit_start ;;
   rabbit:stop) rabbit_vars "${3:-}"; rabbit_stop ;;
@@ -430,6 +443,7 @@ case ${1:-}:${2:-} in
   cluster:stop-node) cluster_vars "${3:-}"; node_stop ;;
   cluster:start-node) cluster_vars "${3:-}"; node_start ;;
   cluster:kill-node) cluster_vars "${3:-}"; rabbit_kill; wait_members ;;
+  cluster:restart-member) cluster_vars "${3:-}"; member_restart "${4:-}" ;;
   pg:start) pg_vars "${3:-}"; pg_start ;;
   pg:stop) pg_vars "${3:-}"; pg_stop ;;
   pg:restart) pg_vars "${3:-}"; pg_restart ;;
