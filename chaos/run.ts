@@ -539,6 +539,23 @@ async function main(): Promise<number> {
       return `${what}: ${lines.map((l) => l.split('\n').pop()).join('; ')}`;
     };
     const leaderNode = async (): Promise<ClusterNode> => (await mgmt.quorum(queues.queue)).leader ?? 'c1';
+    /**
+     * Runs a kill -9 and reports the parked queue's depth before it and once the broker is
+     * back: nothing takes from that queue, so every message confirmed into it must still be
+     * there (more may come meanwhile, never fewer).
+     */
+    const parkedAcross = async (kill: () => Promise<string>): Promise<string> => {
+      const depth = async () => (await mgmt.queue(queues.parkedQueue).catch(() => undefined))?.messages;
+      const before = await depth();
+      const out = await kill();
+      let after: number | undefined;
+      for (let tries = 0; tries < 20 && after === undefined; tries++) {
+        await sleep(1000);
+        after = await depth();
+      }
+      const verdict = before === undefined || after === undefined ? 'not readable' : after >= before ? 'none lost' : `${before - after} LOST`;
+      return `${out}; parked queue ${before ?? '?'} before the kill, ${after ?? '?'} after (${verdict})`;
+    };
     const fire = async (e: ChaosEvent): Promise<void> => {
       const started = Date.now();
       let ok = true;
@@ -572,7 +589,7 @@ async function main(): Promise<number> {
             detail = await services('rabbit', 'restart', args.broker);
             break;
           case 'kill-broker':
-            detail = await services('rabbit', 'kill', args.broker);
+            detail = await parkedAcross(() => services('rabbit', 'kill', args.broker));
             break;
           case 'stop-consumer-node': {
             const n = clusterNode(consumers[0]?.node) ?? clusterNode(consumers[1]?.node) ?? 'c1';
@@ -586,7 +603,7 @@ async function main(): Promise<number> {
           }
           case 'kill-node': {
             const n = await leaderNode();
-            detail = await failover(`node ${n} (the work queue's leader) killed with kill -9`, n, 'kill');
+            detail = await parkedAcross(() => failover(`node ${n} (the work queue's leader) killed with kill -9`, n, 'kill'));
             break;
           }
           case 'restart-postgres':
