@@ -42,6 +42,14 @@ export type ChaosEvent =
   | { readonly at: number; readonly kind: 'kill-consumer'; readonly target: number }
   | { readonly at: number; readonly kind: 'close-connection'; readonly pick: number }
   | { readonly at: number; readonly kind: 'restart-broker' }
+  /** kill -9 of the (single) node's Erlang VM, then a start on the same data. */
+  | { readonly at: number; readonly kind: 'kill-broker' }
+  /** Cluster: a clean stop of the node consumer-1 is connected to; started again once the consumers resumed. */
+  | { readonly at: number; readonly kind: 'stop-consumer-node' }
+  /** Cluster: a clean stop of the node leading the work queue; started again once the consumers resumed. */
+  | { readonly at: number; readonly kind: 'stop-leader-node' }
+  /** Cluster: kill -9 of the node leading the work queue, then a start on the same data. */
+  | { readonly at: number; readonly kind: 'kill-node' }
   | { readonly at: number; readonly kind: 'restart-postgres' }
   | { readonly at: number; readonly kind: 'kill-relay' }
   | { readonly at: number; readonly kind: 'kill-scheduler' }
@@ -61,22 +69,30 @@ export const HELD_TENANT = 'held';
 /** The consumer every message goes to. */
 export const CONSUMER = 'chaos.orders';
 
-/** The run's topology: one consumer, a ladder of three short tiers. */
-export const topology: Topology = defineTopology({
-  exchange: 'chaos.events',
-  consumers: {
-    [CONSUMER]: {
-      bindings: ['order.*'],
-      retry: { delays: ['50ms', '200ms', '500ms'], maxAttempts: 6 },
-      // Every delivery that ends without an outcome counts toward the crash-loop guard,
-      // and the run ends dozens of deliveries that way on purpose (kills, closed
-      // connections, a broker restart). A message caught in five of them would be
-      // parked as a crash loop, which is the guard working, not a fault; ten keeps that
-      // out of a normal run, and one that happens anyway is still reported.
-      crashLimit: 10,
+/** The run's topology: one consumer, a ladder of three short tiers; classic queues, or quorum on a cluster. */
+function chaosTopology(queueType: 'classic' | 'quorum'): Topology {
+  return defineTopology({
+    exchange: 'chaos.events',
+    queueType,
+    consumers: {
+      [CONSUMER]: {
+        bindings: ['order.*'],
+        retry: { delays: ['50ms', '200ms', '500ms'], maxAttempts: 6 },
+        // Every delivery that ends without an outcome counts toward the crash-loop guard,
+        // and the run ends dozens of deliveries that way on purpose (kills, closed
+        // connections, a broker restart). A message caught in five of them would be
+        // parked as a crash loop, which is the guard working, not a fault; ten keeps that
+        // out of a normal run, and one that happens anyway is still reported.
+        crashLimit: 10,
+      },
     },
-  },
-});
+  });
+}
+
+/** The single-node run's topology (classic queues). */
+export const topology: Topology = chaosTopology('classic');
+/** The cluster run's topology: the work queue, its tiers and its parked queue are quorum queues. */
+export const quorumTopology: Topology = chaosTopology('quorum');
 
 /** mulberry32: a small, fast, seedable generator; good enough to pick faults. */
 export function random(seed: number): () => number {
@@ -117,9 +133,14 @@ export function planMessages(count: number, seed: number): PlannedMessage[] {
   });
 }
 
-/** How long the run publishes and injects faults, in ms: grows with the message count. */
-export function chaosWindowMs(count: number): number {
-  return 40_000 + count * 10;
+/**
+ * How long the run publishes and injects faults, in ms: grows with the message count. A
+ * cluster run has 90 s more: its three node outages come one after the other while
+ * messages are still being published, so that each shows how long the consumers took
+ * to resume.
+ */
+export function chaosWindowMs(count: number, cluster = false): number {
+  return 40_000 + count * 10 + (cluster ? 90_000 : 0);
 }
 
 /** Faults scale with the message count, within bounds a 2-core machine takes. */
@@ -135,9 +156,10 @@ export function faultCounts(count: number): { consumerKills: number; connectionC
  * at random over the window; the one-off faults sit at fixed points with a little jitter,
  * far enough apart that each is seen on its own.
  */
-export function planChaos(count: number, seed: number, options: { postgres: boolean }): ChaosEvent[] {
+export function planChaos(count: number, seed: number, options: { postgres: boolean; cluster?: boolean }): ChaosEvent[] {
   const rnd = random(seed ^ 0xc4a05);
-  const window = chaosWindowMs(count);
+  const cluster = options.cluster ?? false;
+  const window = chaosWindowMs(count, cluster);
   const at = (fraction: number, jitter = 0.03) => Math.round(window * (fraction + (rnd() * 2 - 1) * jitter));
   const spread = () => Math.round(window * (0.05 + rnd() * 0.85));
   const { consumerKills, connectionCloses } = faultCounts(count);
@@ -147,12 +169,17 @@ export function planChaos(count: number, seed: number, options: { postgres: bool
     { at: at(0.35), kind: 'inventory-up' },
     { at: at(0.6), kind: 'inventory-down' },
     { at: at(0.72), kind: 'inventory-up' },
-    { at: at(0.45), kind: 'restart-broker' },
     { at: at(0.22), kind: 'kill-relay' },
     { at: at(0.78), kind: 'kill-relay' },
     { at: at(0.3), kind: 'kill-scheduler' },
     { at: at(0.66), kind: 'kill-scheduler' },
   ];
+  if (cluster) {
+    // One node out at a time, each started again before the next (the run serialises them).
+    events.push({ at: at(0.15, 0.01), kind: 'stop-consumer-node' }, { at: at(0.38, 0.01), kind: 'stop-leader-node' }, { at: at(0.6, 0.01), kind: 'kill-node' });
+  } else {
+    events.push({ at: at(0.25), kind: 'kill-broker' }, { at: at(0.45), kind: 'restart-broker' });
+  }
   if (options.postgres) events.push({ at: at(0.6), kind: 'restart-postgres' });
   for (let i = 0; i < consumerKills; i++) events.push({ at: spread(), kind: 'kill-consumer', target: Math.floor(rnd() * CONSUMER_PROCESSES) });
   for (let i = 0; i < connectionCloses; i++) events.push({ at: spread(), kind: 'close-connection', pick: rnd() });

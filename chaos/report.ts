@@ -20,6 +20,32 @@ export interface BrokerState {
   readonly parked: readonly ParkedCopy[];
 }
 
+/** One cluster node out, and how each consumer went through it (times in ms). */
+export interface Failover {
+  readonly what: string;
+  readonly node: string;
+  readonly how: 'stop' | 'kill';
+  /** How long the clean stop took (0 for kill -9), and the start until the node was a running member again. */
+  readonly stopMs: number;
+  readonly startMs: number;
+  readonly consumers: ReadonlyArray<{
+    readonly name: string;
+    /** The node its connection was on when the fault began. */
+    readonly node: string;
+    readonly onStopped: boolean;
+    /** The run also SIGKILLed it while the node was out. */
+    readonly restartedByRun: boolean;
+    /** From the fault to the consumer seeing its connection go; absent when it kept it. */
+    readonly lostAfterMs: number | undefined;
+    /** From the loss to being attached on another node, and to its first handler run there. */
+    readonly attachMs: number | undefined;
+    readonly attachedTo: string | undefined;
+    readonly resumeMs: number | undefined;
+    /** The longest gap between two handler runs while the node was out. */
+    readonly longestPauseMs: number | undefined;
+  }>;
+}
+
 /** Everything the run saw, for the check and the table. */
 export interface RunFacts {
   readonly seed: number;
@@ -43,6 +69,13 @@ export interface RunFacts {
   readonly consumerTotals: Readonly<Record<string, number>>;
   readonly relayTotals: Readonly<Record<string, number>>;
   readonly schedulerTotals: Readonly<Record<string, number>>;
+  /** Cluster runs: the node faults, with each consumer's resume time. */
+  readonly failovers?: readonly Failover[];
+  /**
+   * Cluster runs: quorum queues that held dead-lettered messages without moving them for
+   * 30 s, and whose leader replica the run restarted to free them.
+   */
+  readonly heldDeadLetters?: ReadonlyArray<{ queue: string; leader: string; messages: number; heldMs: number }>;
   readonly timings: { readonly faultsMs: number; readonly settleMs: number; readonly totalMs: number };
 }
 
@@ -184,6 +217,9 @@ export function check(f: RunFacts): CheckResult {
     { check: 'duplicate parked copies (allowed, see below)', expected: '-', found: n(extraCopies), ok: true },
     { check: 'messages of unknown id', expected: '0', found: n(strangers.size), ok: strangers.size === 0 },
     { check: 'processes that died on their own', expected: '0', found: n(f.unexpectedExits.length), ok: f.unexpectedExits.length === 0 },
+    ...(f.heldDeadLetters
+      ? [{ check: 'dead-lettered messages held by the broker until a replica restart (see below)', expected: '-', found: n(f.heldDeadLetters.reduce((k, h) => k + h.messages, 0)), ok: true }]
+      : []),
     { check: 'pipeline at rest before the timeout', expected: 'yes', found: f.settled ? 'yes' : 'no', ok: f.settled },
   ];
   return { rows, violations, notes };
@@ -213,8 +249,12 @@ export function renderReport(f: RunFacts, r: CheckResult): string {
   out.push('');
   out.push(table(['check', 'expected', 'found', ''], r.rows.map((x) => [x.check, x.expected, x.found, x.ok ? 'ok' : 'FAIL'])));
   out.push('');
+  const cluster = f.faults.some((x) => x.kind.endsWith('-node'));
+  const brokerFaults = cluster
+    ? `node of consumer-1 stopped ${count('stop-consumer-node')}, work queue's leader node stopped ${count('stop-leader-node')}, leader node killed (kill -9) ${count('kill-node')}${took('kill-node')}`
+    : `broker restarts ${count('restart-broker')}${took('restart-broker')}, broker killed (kill -9) and started ${count('kill-broker')}${took('kill-broker')}`;
   out.push(
-    `Faults: consumers SIGKILLed ${count('kill-consumer')}, connections closed ${count('close-connection')}, broker restarts ${count('restart-broker')}${took('restart-broker')}, ` +
+    `Faults: consumers SIGKILLed ${count('kill-consumer')}, connections closed ${count('close-connection')}, ${brokerFaults}, ` +
       `PostgreSQL restarts ${f.faults.some((x) => x.kind === 'restart-postgres') ? count('restart-postgres') + took('restart-postgres') : 'none (SQLite store)'}, relay SIGKILLed ${count('kill-relay')}, scheduler SIGKILLed ${count('kill-scheduler')}, inventory outages ${count('inventory-down')}.`,
   );
   out.push(`Process starts after the first: ${Object.entries(f.restarts).map(([k, v]) => `${k} ${v}`).join(', ')}.`);
@@ -223,6 +263,22 @@ export function renderReport(f: RunFacts, r: CheckResult): string {
       `retried ${c['retried'] ?? 0}, parked ${c['parked'] ?? 0}, to the retry table ${c['waiting'] ?? 0}, redeliveries moved ${c['redelivery-moved'] ?? 0}, requeued ${c['requeued'] ?? 0}.`,
   );
   out.push(`Relay published ${f.relayTotals['published'] ?? 0} rows; scheduler moved ${f.schedulerTotals['moved'] ?? 0} rows back, health check paused inventory ${f.schedulerTotals['health_paused'] ?? 0} and resumed it ${f.schedulerTotals['health_resumed'] ?? 0} times.`);
+  for (const fo of f.failovers ?? []) {
+    out.push(`Failover, ${fo.what} (${fo.how === 'stop' ? `stop ${s(fo.stopMs)}, ` : ''}back as a member after ${s(fo.startMs)}):`);
+    for (const c of fo.consumers) {
+      out.push(
+        `  ${c.name} on ${c.node}${c.onStopped ? ' (the node out)' : ''}: ` +
+          (c.lostAfterMs === undefined ? 'kept its connection' : `lost its connection after ${c.lostAfterMs} ms, attached on ${c.attachedTo ?? '?'} ${c.attachMs ?? '?'} ms later, resumed (first handler run there) ${c.resumeMs === undefined ? '(not seen)' : `${c.resumeMs} ms`} after the loss`) +
+          `; longest pause in handling ${c.longestPauseMs === undefined ? '-' : `${c.longestPauseMs} ms`}${c.restartedByRun ? ' (also SIGKILLed by the run meanwhile)' : ''}`,
+      );
+    }
+  }
+  if (f.heldDeadLetters && f.heldDeadLetters.length > 0) {
+    out.push(
+      `Dead-lettered messages held by the broker: ${f.heldDeadLetters.map((h) => `${h.queue} held ${h.messages} for ${s(h.heldMs)} (leader ${h.leader})`).join('; ')}. ` +
+        `The queue kept them (at-least-once dead-lettering: nothing was lost) but did not move them on until the run restarted its leader replica; every message was then checked like the rest.`,
+    );
+  }
   out.push(`Time: faults ${s(f.timings.faultsMs)}, coming to rest ${s(f.timings.settleMs)}, whole run ${s(f.timings.totalMs)} (services included).`);
   if (r.notes.length > 0) {
     out.push('');

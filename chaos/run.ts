@@ -12,9 +12,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import * as amqp from 'amqplib';
 import { ChaosDb, type DbConfig, type StoreKind } from './db.js';
-import { check, renderReport, type BrokerState, type ParkedCopy, type RunFacts } from './report.js';
-import { CONSUMER, CONSUMER_PROCESSES, chaosWindowMs, HELD_TENANT, planChaos, topology, type ChaosEvent } from './plan.js';
-import type { WorkerConfig, WorkerMessage } from './worker.js';
+import { check, renderReport, type BrokerState, type Failover, type ParkedCopy, type RunFacts } from './report.js';
+import { CONSUMER, CONSUMER_PROCESSES, chaosWindowMs, HELD_TENANT, planChaos, quorumTopology, topology as classicTopology, type ChaosEvent } from './plan.js';
+import type { ParentMessage, WorkerConfig, WorkerMessage } from './worker.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = resolve(here, '..');
@@ -23,21 +23,24 @@ const root = resolve(here, '..');
 
 interface Args {
   messages: number;
-  broker: '3.10' | '4.0';
+  broker: '3.10' | '4.0' | 'cluster';
   store: StoreKind;
   seed: number;
   settleTimeoutMs: number | undefined;
 }
 
-const USAGE = `usage: npm run chaos -- [--messages N] [--broker 3.10|4.0] [--store postgres|sqlite] [--seed S] [--settle-timeout SECONDS]
+const USAGE = `usage: npm run chaos -- [--messages N] [--broker 3.10|4.0|cluster] [--cluster] [--store postgres|sqlite] [--seed S] [--settle-timeout SECONDS]
 
   --messages N          messages through the pipeline (default 20000; at least 100)
-  --broker              which RabbitMQ: 3.10 (the machine's, default) or 4.0 (the project's chroot)
+  --broker              which RabbitMQ: 3.10 (the machine's, default), 4.0 (the project's chroot),
+                        or cluster (three 3.10 nodes in one cluster, quorum queues)
+  --cluster             the same as --broker cluster
   --store               where the idempotency guard, outbox and retry table live (default postgres)
   --seed S              repeat a run: the same messages fail the same way, the faults come at the same times
   --settle-timeout S    how long to wait for the pipeline to come to rest after the faults (default 300 + N/33)
 
-Starts its own RabbitMQ node and PostgreSQL cluster, and stops them at the end. Needs root.`;
+Starts its own RabbitMQ node (or three) and PostgreSQL cluster, stops them at the end and
+removes their data (their logs are kept beside the run's). Needs root.`;
 
 function fail(message: string): never {
   process.stderr.write(`chaos: ${message}\n\n${USAGE}\n`);
@@ -52,6 +55,10 @@ function parseArgs(argv: readonly string[]): Args {
       process.stdout.write(`${USAGE}\n`);
       process.exit(0);
     }
+    if (flag === '--cluster') {
+      args.broker = 'cluster';
+      continue;
+    }
     const [name, inline] = flag.includes('=') ? [flag.slice(0, flag.indexOf('=')), flag.slice(flag.indexOf('=') + 1)] : [flag, undefined];
     const value = inline ?? argv[++i];
     if (value === undefined) fail(`${name} needs a value`);
@@ -65,7 +72,7 @@ function parseArgs(argv: readonly string[]): Args {
       case '--seed': args.seed = int(0, 2 ** 32 - 1); break;
       case '--settle-timeout': args.settleTimeoutMs = int(10, 86_400) * 1000; break;
       case '--broker':
-        if (value !== '3.10' && value !== '4.0') fail(`--broker ${JSON.stringify(value)} is not a broker this run knows; use 3.10 or 4.0`);
+        if (value !== '3.10' && value !== '4.0' && value !== 'cluster') fail(`--broker ${JSON.stringify(value)} is not a broker this run knows; use 3.10, 4.0 or cluster`);
         args.broker = value;
         break;
       case '--store':
@@ -82,9 +89,19 @@ function parseArgs(argv: readonly string[]): Args {
 // --- services ------------------------------------------------------------------
 
 const BROKERS = {
-  '3.10': { amqpPort: 5690, mgmtPort: 15690, pgPort: 5499 },
-  '4.0': { amqpPort: 5691, mgmtPort: 15691, pgPort: 5498 },
+  '3.10': { amqpPorts: [5690], mgmtPorts: [15690], pgPort: 5499 },
+  '4.0': { amqpPorts: [5691], mgmtPorts: [15691], pgPort: 5498 },
+  // Three nodes of the machine's 3.10 (chaos/services.sh): names and ports of their own,
+  // beside the test suite's cluster on 5701-5703.
+  cluster: { amqpPorts: [5721, 5722, 5723], mgmtPorts: [15721, 15722, 15723], pgPort: 5497 },
 } as const;
+
+type ClusterNode = 'c1' | 'c2' | 'c3';
+/** The cluster node behind an address (`127.0.0.1:5722`) or a node name (`warren-chaos-c2@localhost`). */
+function clusterNode(addressOrName: string | undefined): ClusterNode | undefined {
+  const m = /:572([1-3])$/.exec(addressOrName ?? '') ?? /^warren-chaos-c([1-3])@/.exec(addressOrName ?? '');
+  return m ? (`c${m[1]}` as ClusterNode) : undefined;
+}
 
 /** Runs chaos/services.sh; resolves with its output, rejects with it on failure. */
 function services(...args: string[]): Promise<string> {
@@ -98,12 +115,35 @@ function services(...args: string[]): Promise<string> {
   });
 }
 
+/** The management API of the run's node, or of the first cluster node that answers. */
 class Management {
   private readonly auth = `Basic ${Buffer.from('guest:guest').toString('base64')}`;
-  constructor(private readonly port: number) {}
+  private current = 0;
+  constructor(private readonly ports: readonly number[]) {}
 
   private async call(method: string, path: string): Promise<Response> {
-    return fetch(`http://127.0.0.1:${this.port}/api${path}`, { method, headers: { authorization: this.auth, 'x-reason': 'chaos run' }, signal: AbortSignal.timeout(5000) });
+    let last: unknown;
+    for (let k = 0; k < this.ports.length; k++) {
+      const i = (this.current + k) % this.ports.length;
+      try {
+        const res = await fetch(`http://127.0.0.1:${this.ports[i]}/api${path}`, { method, headers: { authorization: this.auth, 'x-reason': 'chaos run' }, signal: AbortSignal.timeout(5000) });
+        // A node on its way down answers 503; another node knows the same.
+        if (res.status >= 500 && k < this.ports.length - 1) continue;
+        this.current = i;
+        return res;
+      } catch (error) {
+        last = error;
+      }
+    }
+    throw last instanceof Error ? last : new Error(String(last));
+  }
+
+  /** A quorum queue's leader and the members online (cluster nodes). */
+  async quorum(name: string): Promise<{ leader: ClusterNode | undefined; online: ClusterNode[] }> {
+    const res = await this.call('GET', `/queues/%2F/${encodeURIComponent(name)}`);
+    if (!res.ok) throw new Error(`GET /api/queues/${name} answered ${res.status}`);
+    const q = (await res.json()) as { leader?: string; online?: string[] };
+    return { leader: clusterNode(q.leader), online: (q.online ?? []).map(clusterNode).filter((n): n is ClusterNode => n !== undefined) };
   }
 
   async connections(): Promise<string[]> {
@@ -117,12 +157,15 @@ class Management {
     if (!res.ok && res.status !== 404) throw new Error(`DELETE /api/connections answered ${res.status}`);
   }
 
-  async queue(name: string): Promise<{ messages: number; unacked: number; consumers: number }> {
+  /** A queue's depth; `dlx`: quorum messages dead-lettered but not yet confirmed by their target. */
+  async queue(name: string): Promise<{ messages: number; unacked: number; consumers: number; dlx: number }> {
     const res = await this.call('GET', `/queues/%2F/${encodeURIComponent(name)}`);
     if (!res.ok) throw new Error(`GET /api/queues/${name} answered ${res.status}`);
-    const q = (await res.json()) as { messages?: number; messages_ready?: number; messages_unacknowledged?: number; consumers?: number };
+    const q = (await res.json()) as { messages?: number; messages_ready?: number; messages_unacknowledged?: number; consumers?: number; messages_dlx?: number };
+    // A queue whose node (or quorum leader) is out has no figures: that is not an empty queue.
+    if (q.messages === undefined && q.messages_ready === undefined) throw new Error(`queue ${name} has no figures right now (its leader is out)`);
     const unacked = q.messages_unacknowledged ?? 0;
-    return { messages: q.messages ?? (q.messages_ready ?? 0) + unacked, unacked, consumers: q.consumers ?? 0 };
+    return { messages: q.messages ?? (q.messages_ready ?? 0) + unacked, unacked, consumers: q.consumers ?? 0, dlx: q.messages_dlx ?? 0 };
   }
 
   async version(): Promise<string> {
@@ -147,6 +190,10 @@ class Child {
   finished = false;
   /** The current incarnation said it is up (connected, consuming, started). */
   ready = false;
+  /** A consumer's connection: the node it is on now (`host:port`), and what happened to it. */
+  node: string | undefined;
+  readonly events: Array<{ type: 'connected' | 'lost' | 'handled' | 'started'; at: number; node?: string; pauseMs?: number }> = [];
+  private watching = false;
 
   constructor(
     readonly name: string,
@@ -170,8 +217,17 @@ class Child {
     });
     closeSync(log);
     this.proc = proc;
+    this.node = undefined;
+    this.events.push({ type: 'started', at: Date.now() });
     proc.on('message', (m: WorkerMessage) => {
-      if (m.type === 'ready') this.ready = true;
+      if (m.type === 'ready') {
+        this.ready = true;
+        if (this.watching) this.send('watch');
+      } else if (m.type === 'connected') {
+        this.node = m.node;
+        this.events.push({ type: 'connected', at: m.at, node: m.node });
+      } else if (m.type === 'lost') this.events.push({ type: 'lost', at: m.at });
+      else if (m.type === 'handled') this.events.push({ type: 'handled', at: m.at, ...(m.pauseMs === undefined ? {} : { pauseMs: m.pauseMs }) });
       else if (m.type === 'stats') this.stats.set(incarnation, m.stats);
       else if (m.type === 'produced') this.produced = { outbox: m.outbox, publisher: m.publisher };
     });
@@ -201,6 +257,17 @@ class Child {
   /** Tells a waiting producer to start. */
   go(): void {
     this.proc?.send('go');
+  }
+
+  /** A consumer reports its handler runs while a failover is watched (every incarnation). */
+  watch(on: boolean): void {
+    this.watching = on;
+    this.send(on ? 'watch' : 'unwatch');
+  }
+
+  private send(m: ParentMessage): void {
+    // A process that just died cannot take it; the next incarnation is told when ready.
+    if (this.proc?.connected) this.proc.send(m, () => undefined);
   }
 
   get running(): boolean {
@@ -234,8 +301,35 @@ function seconds(ms: number): string {
   return `${(ms / 1000).toFixed(ms < 10_000 ? 1 : 0)} s`;
 }
 
-async function readParked(url: string, queue: string): Promise<ParkedCopy[]> {
-  const conn = await amqp.connect(url);
+/** A connection to the run's node, or to the first cluster node that takes it. */
+async function connectAny(urls: readonly string[]): Promise<amqp.ChannelModel> {
+  let last: unknown;
+  for (const url of urls) {
+    try {
+      return await amqp.connect(url, { timeout: 5000 });
+    } catch (error) {
+      last = error;
+    }
+  }
+  throw last instanceof Error ? last : new Error(String(last));
+}
+
+/** Reads the parked queue; on a cluster a read that fails (a leader moving) is tried again. */
+async function readParked(urls: readonly string[], queue: string): Promise<ParkedCopy[]> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await readParkedOnce(urls, queue);
+    } catch (error) {
+      if (attempt >= 10) throw error;
+      await sleep(2000);
+    }
+  }
+}
+
+async function readParkedOnce(urls: readonly string[], queue: string): Promise<ParkedCopy[]> {
+  const conn = await connectAny(urls);
+  // A connection closed by the broker rejects the pending get; it must not also throw an 'error' event.
+  conn.on('error', () => undefined);
   try {
     const ch = await conn.createChannel();
     const copies: ParkedCopy[] = [];
@@ -255,15 +349,17 @@ async function readParked(url: string, queue: string): Promise<ParkedCopy[]> {
     await ch.close();
     return copies;
   } finally {
-    await conn.close();
+    await conn.close().catch(() => undefined);
   }
 }
 
 async function main(): Promise<number> {
   const args = parseArgs(process.argv.slice(2));
   const ports = BROKERS[args.broker];
+  const cluster = args.broker === 'cluster';
+  const topology = cluster ? quorumTopology : classicTopology;
   const postgres = args.store === 'postgres';
-  const window = chaosWindowMs(args.messages);
+  const window = chaosWindowMs(args.messages, cluster);
   const settleTimeoutMs = args.settleTimeoutMs ?? 300_000 + args.messages * 30;
   const runStarted = Date.now();
   const runDir = join(root, '.warren', 'chaos', `${args.broker}-${args.store}`);
@@ -271,10 +367,12 @@ async function main(): Promise<number> {
   mkdirSync(runDir, { recursive: true });
   const say = (line: string) => process.stdout.write(`chaos: ${line}\n`);
 
-  say(`seed ${args.seed} (repeat with --seed ${args.seed}), ${args.messages} messages, RabbitMQ ${args.broker}, ${postgres ? 'PostgreSQL' : 'SQLite'} store, faults over ${seconds(window)}; logs in ${runDir}`);
+  say(`seed ${args.seed} (repeat with --seed ${args.seed}), ${args.messages} messages, ${cluster ? 'a cluster of three RabbitMQ 3.10 nodes (quorum queues)' : `RabbitMQ ${args.broker}`}, ${postgres ? 'PostgreSQL' : 'SQLite'} store, faults over ${seconds(window)}; logs in ${runDir}`);
 
-  const amqpUrl = `amqp://guest:guest@127.0.0.1:${ports.amqpPort}`;
-  const mgmt = new Management(ports.mgmtPort);
+  const amqpUrls = ports.amqpPorts.map((p) => `amqp://guest:guest@127.0.0.1:${p}`);
+  const mgmt = new Management(ports.mgmtPorts);
+  // The broker's services: one node (3.10 or 4.0), or the cluster's three.
+  const brokerServices = (action: 'start' | 'stop'): Promise<string> => (cluster ? services('cluster', action) : services('rabbit', action, args.broker));
   const dbConfig: DbConfig = { store: args.store, pgUrl: `postgres://postgres@127.0.0.1:${ports.pgPort}/chaos`, sqliteFile: join(runDir, 'chaos.db') };
   const downFile = join(runDir, 'inventory-down');
   const children: Child[] = [];
@@ -287,8 +385,15 @@ async function main(): Promise<number> {
     await Promise.all(children.map((c) => c.stop(5000)));
     await db?.close().catch(() => undefined);
     db = undefined;
-    if (servicesUp.rabbit) await services('rabbit', 'stop', args.broker).catch((e: unknown) => say(String(e)));
-    if (servicesUp.pg) await services('pg', 'stop', String(ports.pgPort)).catch((e: unknown) => say(String(e)));
+    // Stopped, then their data removed; their logs are kept in the run's directory.
+    if (servicesUp.rabbit) {
+      await brokerServices('stop').catch((e: unknown) => say(String(e)));
+      await (cluster ? services('cluster', 'clean', join(runDir, 'rabbit')) : services('rabbit', 'clean', args.broker, join(runDir, 'rabbit'))).catch((e: unknown) => say(String(e)));
+    }
+    if (servicesUp.pg) {
+      await services('pg', 'stop', String(ports.pgPort)).catch((e: unknown) => say(String(e)));
+      await services('pg', 'clean', String(ports.pgPort), join(runDir, 'postgresql')).catch((e: unknown) => say(String(e)));
+    }
     servicesUp = { rabbit: false, pg: false };
   };
   let interrupted = false;
@@ -310,7 +415,7 @@ async function main(): Promise<number> {
       }
     }
     servicesUp.rabbit = true;
-    const starting = [services('rabbit', 'start', args.broker).then(say)];
+    const starting = [brokerServices('start').then(say)];
     if (postgres) {
       servicesUp.pg = true;
       starting.push(services('pg', 'start', String(ports.pgPort)).then(say));
@@ -324,8 +429,8 @@ async function main(): Promise<number> {
     await db.store.retryTable.pause({ tenant: HELD_TENANT }, { actor: 'chaos' });
     writeFileSync(downFile, 'inventory is down\n');
 
-    const events = planChaos(args.messages, args.seed, { postgres });
-    const base = { amqpUrl, db: dbConfig, downFile, messages: args.messages, seed: args.seed, produceMs: Math.round(window * 0.7) };
+    const events = planChaos(args.messages, args.seed, { postgres, cluster });
+    const base = { amqpUrl: cluster ? amqpUrls : (amqpUrls[0] as string), cluster, db: dbConfig, downFile, messages: args.messages, seed: args.seed, produceMs: Math.round(window * 0.7) };
     const log = (name: string) => join(runDir, `${name}.log`);
     const child = (role: WorkerConfig['role'], name: string, restartDelayMs: number) => {
       const c = new Child(name, { ...base, role, name }, log(name), restartDelayMs, say);
@@ -348,8 +453,109 @@ async function main(): Promise<number> {
     producer.go();
 
     // --- faults ---
+    const queues = topology.consumer(CONSUMER);
     const t0 = Date.now();
     const done: Array<{ event: ChaosEvent; ok: boolean; detail: string; tookMs: number; at: string }> = [];
+    const failovers: Failover[] = [];
+    /**
+     * One cluster node out: stopped cleanly (then started again once every consumer
+     * handles messages again, at most 60 s later), or killed with kill -9 and started
+     * again at once. Records, per consumer, whether its connection was on that node, how
+     * long after it was lost the consumer was attached on another node and handling
+     * messages again, and the longest pause in its handling.
+     */
+    const failover = async (what: string, node: ClusterNode, how: 'stop' | 'kill'): Promise<string> => {
+      const t = Date.now();
+      const on = new Map(consumers.map((c) => [c, clusterNode(c.node)] as const));
+      for (const c of consumers) c.watch(true);
+      const lines: string[] = [];
+      let stopMs: number;
+      let startMs: number;
+      // A consumer has resumed once it handles a message after the node went, on its new connection if it lost its own.
+      const resumedAt = (c: Child, from: number): number | undefined => {
+        const lost = c.events.find((x) => x.at >= t && (x.type === 'lost' || x.type === 'started'));
+        const attached = lost ? c.events.find((x) => x.at >= lost.at && x.type === 'connected') : undefined;
+        if (lost && !attached) return undefined;
+        return c.events.find((x) => x.type === 'handled' && x.at >= Math.max(from, attached?.at ?? 0))?.at;
+      };
+      const waitResumed = async (from: number) => {
+        const until = Date.now() + 60_000;
+        while (Date.now() < until && !interrupted && consumers.some((c) => resumedAt(c, from) === undefined)) await sleep(200);
+      };
+      try {
+        if (how === 'stop') {
+          lines.push(await services('cluster', 'stop-node', node));
+          stopMs = Date.now() - t;
+          await waitResumed(Date.now());
+          const s0 = Date.now();
+          lines.push(await services('cluster', 'start-node', node));
+          startMs = Date.now() - s0;
+        } else {
+          lines.push(await services('cluster', 'kill-node', node));
+          stopMs = 0;
+          startMs = Date.now() - t;
+          await waitResumed(t);
+        }
+      } catch (error) {
+        // The node is not left out for the rest of the run: one more start.
+        for (const c of consumers) c.watch(false);
+        await services('cluster', 'start-node', node).catch((e: unknown) => say(`node ${node} could not be started again: ${String(e)}`));
+        throw error;
+      }
+      // The queue's member on that node back online before the next fault.
+      const backBy = Date.now() + 60_000;
+      while (Date.now() < backBy && (await mgmt.quorum(queues.queue).catch(() => ({ online: [] as ClusterNode[] }))).online.length < 3) await sleep(500);
+      const end = Date.now();
+      for (const c of consumers) c.watch(false);
+      // A loss counts when it comes with the node going (a closed connection later is another fault).
+      const lostBy = t + stopMs + 5000;
+      const per = consumers.map((c) => {
+        const lost = c.events.find((x) => x.at >= t && x.at <= lostBy && x.type === 'lost');
+        const restarted = c.events.find((x) => x.at >= t && x.at <= end && x.type === 'started');
+        const attached = lost ? c.events.find((x) => x.at >= lost.at && x.type === 'connected') : undefined;
+        const handled = attached ? c.events.find((x) => x.type === 'handled' && x.at >= attached.at) : undefined;
+        const pauses = c.events.filter((x) => x.type === 'handled' && x.at >= t && x.at <= end && x.pauseMs !== undefined).map((x) => x.pauseMs ?? 0);
+        return {
+          name: c.name,
+          node: on.get(c) ?? '?',
+          onStopped: on.get(c) === node,
+          restartedByRun: restarted !== undefined,
+          lostAfterMs: lost ? lost.at - t : undefined,
+          attachMs: lost && attached ? attached.at - lost.at : undefined,
+          attachedTo: clusterNode(attached?.node),
+          resumeMs: lost && handled ? handled.at - lost.at : undefined,
+          longestPauseMs: pauses.length ? Math.max(...pauses) : undefined,
+        };
+      });
+      const f: Failover = { what, node, how, stopMs, startMs, consumers: per };
+      failovers.push(f);
+      for (const c of per) {
+        say(
+          `          ${c.name} on ${c.node}${c.onStopped ? ' (the node out)' : ''}: ` +
+            (c.lostAfterMs === undefined ? 'kept its connection' : `connection lost ${c.lostAfterMs} ms after the fault, attached on ${c.attachedTo ?? '?'} ${c.attachMs ?? '?'} ms later, handling again ${c.resumeMs ?? '(not seen)'} ms after the loss`) +
+            `; longest pause in handling ${c.longestPauseMs ?? '-'} ms${c.restartedByRun ? ' (also SIGKILLed by the run meanwhile)' : ''}`,
+        );
+      }
+      return `${what}: ${lines.map((l) => l.split('\n').pop()).join('; ')}`;
+    };
+    const leaderNode = async (): Promise<ClusterNode> => (await mgmt.quorum(queues.queue)).leader ?? 'c1';
+    /**
+     * Runs a kill -9 and reports the parked queue's depth before it and once the broker is
+     * back: nothing takes from that queue, so every message confirmed into it must still be
+     * there (more may come meanwhile, never fewer).
+     */
+    const parkedAcross = async (kill: () => Promise<string>): Promise<string> => {
+      const depth = async () => (await mgmt.queue(queues.parkedQueue).catch(() => undefined))?.messages;
+      const before = await depth();
+      const out = await kill();
+      let after: number | undefined;
+      for (let tries = 0; tries < 20 && after === undefined; tries++) {
+        await sleep(1000);
+        after = await depth();
+      }
+      const verdict = before === undefined || after === undefined ? 'not readable' : after >= before ? 'none lost' : `${before - after} LOST`;
+      return `${out}; parked queue ${before ?? '?'} before the kill, ${after ?? '?'} after (${verdict})`;
+    };
     const fire = async (e: ChaosEvent): Promise<void> => {
       const started = Date.now();
       let ok = true;
@@ -382,6 +588,24 @@ async function main(): Promise<number> {
           case 'restart-broker':
             detail = await services('rabbit', 'restart', args.broker);
             break;
+          case 'kill-broker':
+            detail = await parkedAcross(() => services('rabbit', 'kill', args.broker));
+            break;
+          case 'stop-consumer-node': {
+            const n = clusterNode(consumers[0]?.node) ?? clusterNode(consumers[1]?.node) ?? 'c1';
+            detail = await failover(`node ${n} (consumer-1's) stopped`, n, 'stop');
+            break;
+          }
+          case 'stop-leader-node': {
+            const n = await leaderNode();
+            detail = await failover(`node ${n} (the work queue's leader) stopped`, n, 'stop');
+            break;
+          }
+          case 'kill-node': {
+            const n = await leaderNode();
+            detail = await parkedAcross(() => failover(`node ${n} (the work queue's leader) killed with kill -9`, n, 'kill'));
+            break;
+          }
           case 'restart-postgres':
             detail = await services('pg', 'restart', String(ports.pgPort));
             break;
@@ -404,25 +628,33 @@ async function main(): Promise<number> {
         }
       } catch (error) {
         ok = false;
-        detail = error instanceof Error ? error.message.split('\n')[0] ?? '' : String(error);
+        // The first line, and the last of the script's output (its error).
+        const lines = (error instanceof Error ? error.message : String(error)).split('\n').filter((l) => l.trim() !== '');
+        detail = lines.length > 1 ? `${lines[0]} ${lines[lines.length - 1]}` : (lines[0] ?? '');
       }
       done.push({ event: e, ok, detail, tookMs: Date.now() - started, at: new Date(started).toISOString() });
-      if (e.kind === 'restart-broker' || e.kind === 'restart-postgres' || e.kind.startsWith('inventory') || !ok) {
+      if (e.kind === 'restart-broker' || e.kind === 'kill-broker' || e.kind.endsWith('-node') || e.kind === 'restart-postgres' || e.kind.startsWith('inventory') || !ok) {
         say(`${seconds(started - t0).padStart(6)}  ${e.kind}: ${detail}${ok ? '' : ' (not done)'}`);
       }
     };
     const pending: Promise<void>[] = [];
-    // The broker restart is waited for, and the faults after it move back by as long as it
-    // took: a fault fired while the broker is down (a connection to close) would hit nothing.
+    // The broker restart (or kill) is waited for, and the faults after it move back by as
+    // long as it took: a fault fired while the broker is down (a connection to close) would
+    // hit nothing. A cluster stays up while one node is out: the node faults run one after
+    // the other beside the rest, which goes on.
     let shift = 0;
+    let nodeFaults = Promise.resolve();
     for (const e of events) {
       const wait = t0 + e.at + shift - Date.now();
       if (wait > 0) await sleep(wait);
       if (interrupted) break;
-      if (e.kind === 'restart-broker') {
+      if (e.kind === 'restart-broker' || e.kind === 'kill-broker') {
         const started = Date.now();
         await fire(e);
         shift += Date.now() - started;
+      } else if (e.kind.endsWith('-node')) {
+        nodeFaults = nodeFaults.then(() => fire(e));
+        pending.push(nodeFaults);
       } else {
         pending.push(fire(e));
       }
@@ -433,13 +665,16 @@ async function main(): Promise<number> {
     say(`faults done after ${seconds(faultsEnded - t0)}; waiting for the producer and for the pipeline to come to rest (at most ${seconds(settleTimeoutMs)})`);
 
     // --- settle: wait until nothing moves, with progress ---
-    const queues = topology.consumer(CONSUMER);
     const watched = [queues.queue, ...queues.retryQueues];
     const deadline = Date.now() + settleTimeoutMs;
     let quiet = 0;
     let lastProgress = 0;
     let settled = false;
     let lastState = '';
+    // Cluster: dead-lettered messages a quorum queue holds without moving them (RabbitMQ
+    // 3.10 after a leader's kill -9): since when, and the replica restarts that freed them.
+    const heldSince = new Map<string, number>();
+    const nudges: Array<{ queue: string; leader: string; messages: number; heldMs: number }> = [];
     while (Date.now() < deadline && !interrupted) {
       if (!producer.finished && !producer.running && producer.unexpectedExits.length > 0) throw new Error(`the producer died (${producer.unexpectedExits.join('; ')}); the run cannot tell what was published`);
       try {
@@ -449,10 +684,26 @@ async function main(): Promise<number> {
         const inQueues = depths.reduce((n, d) => n + d.messages, 0);
         const still = producer.finished && lag.pending === 0 && inQueues === 0 && unheld === 0;
         quiet = still ? quiet + 1 : 0;
+        if (cluster) {
+          for (const [i, q] of watched.entries()) {
+            const dlx = depths[i]?.dlx ?? 0;
+            if (dlx === 0) heldSince.delete(q);
+            else if (!heldSince.has(q)) heldSince.set(q, Date.now());
+            else if (Date.now() - (heldSince.get(q) ?? 0) > 30_000) {
+              const leader = (await mgmt.quorum(q)).leader;
+              if (!leader) continue;
+              const heldMs = Date.now() - (heldSince.get(q) ?? 0);
+              say(`  queue ${q} has held ${dlx} dead-lettered messages for ${seconds(heldMs)} without moving them; restarting its leader replica on ${leader}`);
+              say(`  ${await services('cluster', 'restart-member', leader, q)}`);
+              nudges.push({ queue: q, leader, messages: dlx, heldMs });
+              heldSince.delete(q);
+            }
+          }
+        }
         lastState =
           `${progress.effects}/${progress.expected} side effects` +
           `${producer.finished ? '' : ' (producer still publishing)'}, parked ${parked.messages}, work queue ${depths[0]?.messages ?? 0} (${depths[0]?.unacked ?? 0} unacked)` +
-          `, tiers ${depths.slice(1).map((d) => d.messages).join('/')}, retry table ${rows.length} (${rows.length - unheld} held), outbox ${lag.pending} pending`;
+          `, tiers ${depths.slice(1).map((d) => d.messages).join('/')}${depths.some((d) => d.dlx > 0) ? ` (${depths.reduce((n, d) => n + d.dlx, 0)} dead-lettered, not yet moved by the broker)` : ''}, retry table ${rows.length} (${rows.length - unheld} held), outbox ${lag.pending} pending`;
         if (quiet >= 5) {
           settled = true;
           break;
@@ -482,14 +733,14 @@ async function main(): Promise<number> {
     ]);
     const broker: BrokerState = {
       queues: await Promise.all([queues.queue, ...queues.retryQueues, queues.parkedQueue].map(async (q) => ({ name: q, ...(await mgmt.queue(q)) }))),
-      parked: await readParked(amqpUrl, queues.parkedQueue),
+      parked: await readParked(amqpUrls, queues.parkedQueue),
     };
     const consumerTotals: Record<string, number> = {};
     for (const c of consumers) for (const [k, v] of Object.entries(c.totals())) consumerTotals[k] = (consumerTotals[k] ?? 0) + v;
     const facts: RunFacts = {
       seed: args.seed,
       messages: args.messages,
-      brokerLabel: `RabbitMQ ${brokerVersion}`,
+      brokerLabel: cluster ? `a cluster of three RabbitMQ ${brokerVersion} nodes, quorum queues` : `RabbitMQ ${brokerVersion}`,
       storeLabel: postgres ? 'PostgreSQL 15' : 'SQLite',
       expected,
       effects,
@@ -506,6 +757,8 @@ async function main(): Promise<number> {
       consumerTotals,
       relayTotals: relay.totals(),
       schedulerTotals: scheduler.totals(),
+      failovers,
+      ...(cluster ? { heldDeadLetters: nudges } : {}),
       timings: { faultsMs: faultsEnded - t0, settleMs: settledAt - faultsEnded, totalMs: Date.now() - runStarted },
     };
     const result = check(facts);

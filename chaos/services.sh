@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# The chaos run's own services: a RabbitMQ node and a PostgreSQL cluster that
-# nothing else on the machine uses, so that restarting them (which is the
-# point of the run) disturbs no other work. They are started on demand and
-# stopped at the end of every run.
+# The chaos run's own services: a RabbitMQ node (or a cluster of three) and a
+# PostgreSQL cluster that nothing else on the machine uses, so that restarting
+# them (which is the point of the run) disturbs no other work. They are started
+# on demand, stopped at the end of every run, and their data removed.
 #
-#   chaos/services.sh rabbit start|stop|restart 3.10|4.0
-#   chaos/services.sh pg     start|stop|restart PORT
+#   chaos/services.sh rabbit  start|stop|restart|kill 3.10|4.0
+#   chaos/services.sh rabbit  clean 3.10|4.0 [LOGDIR]
+#   chaos/services.sh cluster start|stop | clean [LOGDIR]
+#   chaos/services.sh cluster stop-node|start-node|kill-node c1|c2|c3
+#   chaos/services.sh cluster restart-member c1|c2|c3 QUEUE
+#   chaos/services.sh pg      start|stop|restart PORT | clean PORT [LOGDIR]
+#
+# kill is kill -9 of the node's Erlang VM, then a start on the same data.
+# clean removes a stopped service's data, copying its logs to LOGDIR first.
 #
 # RabbitMQ 3.10 is the machine's own install, run as a second node (the
 # recipe of DESIGN.md, "A RabbitMQ cluster on one machine"): node
@@ -13,6 +20,11 @@
 # RabbitMQ 4.0 is a second node inside the project's 4.0 chroot
 # (scripts/rabbitmq4.sh builds it): warren-chaos4@localhost, AMQP 5691,
 # management 15691, distribution 25691. Neither is ever joined to a cluster.
+#
+# The cluster is three more nodes of the machine's 3.10, warren-chaos-c1..c3@localhost
+# on AMQP 5721-5723, management 15721-15723, distribution 25721-25723, which form
+# one cluster by themselves (classic peer discovery). Names and ports of their
+# own: the test suite's cluster (scripts/cluster.sh, 5701-5703) can run beside it.
 #
 # PostgreSQL is the machine's PostgreSQL 15 binaries with a cluster of its
 # own (initdb into a directory of its own), trust auth on loopback only.
@@ -114,15 +126,14 @@ rabbit_boot() {
   rabbit_wait_ready
 }
 
-rabbit_start() {
-  if node_registered; then
-    say "node $NODE is running from an earlier run; stopping it first"
-    rabbit_stop
-  fi
+# Writes a node's configuration into a fresh, empty directory (a start wipes the
+# previous run's data). Extra lines (cluster formation) come as arguments.
+rabbit_prepare() {
   rm -rf --one-file-system "$HOST_DIR"
   mkdir -p "$HOST_DIR/log" "$HOST_DIR/mnesia"
   # Statistics every 500 ms (default 5 s), so the run sees queues drain promptly.
-  cat >"$HOST_DIR/rabbitmq.conf" <<EOF
+  {
+    cat <<EOF
 # Written by warren's chaos/services.sh: the chaos run's own node.
 listeners.tcp.default = 127.0.0.1:$AMQP_PORT
 management.tcp.ip = 127.0.0.1
@@ -131,17 +142,32 @@ distribution.listener.interface = 127.0.0.1
 collect_statistics_interval = 500
 loopback_users = none
 EOF
+    local extra
+    for extra in "$@"; do printf '%s\n' "$extra"; done
+  } >"$HOST_DIR/rabbitmq.conf"
   echo '[rabbitmq_management].' >"$HOST_DIR/enabled_plugins"
   : >"$HOST_DIR/rabbitmq-env.conf"
   chown -R rabbitmq:rabbitmq "$HOST_DIR"
   [[ -z $ROOT ]] || chown -R rabbitmq:rabbitmq "$(dirname "$HOST_DIR")"
+}
+
+rabbit_version() { curl -fsS -u guest:guest "http://127.0.0.1:$MGMT_PORT/api/overview" | sed -nE 's/.*"rabbitmq_version":"([^"]*)".*/\1/p'; }
+
+rabbit_start() {
+  if node_registered; then
+    say "node $NODE is running from an earlier run; stopping it first"
+    rabbit_stop
+  fi
+  rabbit_prepare
   local started
   started=$(date +%s)
   rabbit_boot
-  say "RabbitMQ $(curl -fsS -u guest:guest "http://127.0.0.1:$MGMT_PORT/api/overview" | sed -nE 's/.*"rabbitmq_version":"([^"]*)".*/\1/p') node $NODE ready in $(( $(date +%s) - started ))s: amqp://127.0.0.1:$AMQP_PORT, management http://127.0.0.1:$MGMT_PORT"
+  say "RabbitMQ $(rabbit_version) node $NODE ready in $(( $(date +%s) - started ))s: amqp://127.0.0.1:$AMQP_PORT, management http://127.0.0.1:$MGMT_PORT"
 }
 
 rabbit_stop() {
+  local vm
+  vm=$(vm_pid)
   if node_registered; then
     # shutdown (unlike stop) returns once the node's OS process has exited.
     as_rabbit rabbitmqctl -q -n "$NODE" shutdown >/dev/null 2>&1 || true
@@ -157,6 +183,12 @@ rabbit_stop() {
     fi
     sleep 0.5
   done
+  # The node leaves epmd and closes its listeners before its VM has exited; a start
+  # before then fails on the distribution port still in use.
+  if [[ $vm =~ ^[0-9]+$ ]]; then
+    deadline=$(( $(date +%s) + 30 ))
+    while kill -0 "$vm" 2>/dev/null && (( $(date +%s) <= deadline )); do sleep 0.2; done
+  fi
 }
 
 rabbit_restart() {
@@ -165,6 +197,175 @@ rabbit_restart() {
   rabbit_stop
   rabbit_boot
   say "node $NODE restarted in $(( $(date +%s) - started ))s"
+}
+
+# kill -9 of the node's Erlang VM (beam.smp, whose pid the node writes to its pid
+# file): no shutdown at all, as a machine crash or the OOM killer would end it. Then
+# the node is started again on the same data.
+# The pid of the node's VM: from its pid file, or the process listening on its
+# distribution port (a start that failed may have removed the pid file).
+vm_pid() {
+  local pid
+  pid=$(cat "$HOST_DIR/pid" 2>/dev/null || true)
+  if ! [[ $pid =~ ^[0-9]+$ ]] || ! kill -0 "$pid" 2>/dev/null; then
+    pid=$(ss -Hltnp "sport = :$DIST_PORT" 2>/dev/null | grep -o 'pid=[0-9]*' | head -n 1 | cut -d= -f2 || true)
+  fi
+  printf '%s' "$pid"
+}
+
+rabbit_kill() {
+  local pid started
+  pid=$(vm_pid)
+  [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || die "node $NODE has no running process to kill (pid file: ${pid:-none})"
+  started=$(date +%s%3N)
+  kill -9 "$pid"
+  local deadline=$(( $(date +%s) + 30 ))
+  while kill -0 "$pid" 2>/dev/null || node_registered || amqp_ready "$AMQP_PORT"; do
+    (( $(date +%s) <= deadline )) || die "node $NODE still there 30s after kill -9 of $pid"
+    sleep 0.2
+  done
+  local dead=$(( $(date +%s%3N) - started ))
+  rabbit_boot
+  say "node $NODE killed (kill -9 of beam pid $pid, gone in ${dead}ms) and started again in $(( ($(date +%s%3N) - started) / 1000 ))s"
+}
+
+# Removes the node's data, its logs copied to DEST first when given.
+rabbit_clean() {
+  local dest=${1:-}
+  if [[ -n $dest && -d $HOST_DIR/log ]]; then
+    mkdir -p "$dest"
+    cp -r "$HOST_DIR/log/." "$dest/" 2>/dev/null || true
+  fi
+  rm -rf --one-file-system "$HOST_DIR"
+}
+
+cluster_clean() {
+  local n
+  for n in "${CLUSTER_NODES[@]}"; do cluster_vars "$n"; rabbit_clean "${1:+$1/$n}"; done
+  rm -rf --one-file-system "$BASE/cluster"
+}
+
+# --- RabbitMQ cluster ----------------------------------------------------------
+
+# Three nodes of the machine's RabbitMQ 3.10 joined into one cluster, for the
+# cluster run: warren-chaos-c1..c3@localhost, AMQP 5721-5723, management
+# 15721-15723, distribution 25721-25723, data under $BASE/cluster. Names and
+# ports of their own: the test cluster of scripts/cluster.sh (5701-5703) may
+# run beside them.
+CLUSTER_NODES=(c1 c2 c3)
+
+cluster_vars() {
+  [[ $1 =~ ^c[1-3]$ ]] || die "unknown cluster node '$1' (use c1, c2 or c3)"
+  local n=${1#c}
+  NODE=warren-chaos-c$n@localhost AMQP_PORT=$((5720 + n)) MGMT_PORT=$((15720 + n)) DIST_PORT=$((25720 + n))
+  ROOT='' DIR=$BASE/cluster/c$n
+  HOST_DIR=$DIR
+}
+
+# The cluster forms by itself from the configuration (classic peer discovery):
+# c1 boots first, alone, and the others find it and join it on their first boot.
+cluster_config() {
+  local n
+  printf '%s\n' 'cluster_formation.peer_discovery_backend = classic_config' \
+    'cluster_formation.randomized_startup_delay_range.min = 0' \
+    'cluster_formation.randomized_startup_delay_range.max = 1'
+  for n in 1 2 3; do printf 'cluster_formation.classic_config.nodes.%s = warren-chaos-c%s@localhost\n' "$n" "$n"; done
+}
+
+# How many running members the first node that answers sees.
+cluster_running() {
+  local n
+  for n in "${CLUSTER_NODES[@]}"; do
+    cluster_vars "$n"
+    if mgmt_ok; then
+      curl -fsS -m 5 -u guest:guest "http://127.0.0.1:$MGMT_PORT/api/nodes?columns=name,running" 2>/dev/null |
+        grep -o '"running":true' | grep -c . || true
+      return 0
+    fi
+  done
+  echo 0
+}
+
+cluster_start() {
+  local n started
+  started=$(date +%s)
+  for n in "${CLUSTER_NODES[@]}"; do
+    cluster_vars "$n"
+    if node_registered; then
+      say "node $NODE is running from an earlier run; stopping it first"
+      rabbit_stop
+    fi
+  done
+  rm -rf --one-file-system "$BASE/cluster"
+  local lines
+  mapfile -t lines < <(cluster_config)
+  for n in "${CLUSTER_NODES[@]}"; do cluster_vars "$n"; rabbit_prepare "${lines[@]}"; done
+  cluster_vars c1
+  rabbit_boot
+  local pids=()
+  for n in c2 c3; do (cluster_vars "$n"; rabbit_boot) & pids+=($!); done
+  for n in "${pids[@]}"; do wait "$n" || die "a cluster node did not come up"; done
+  local deadline=$(( $(date +%s) + 120 ))
+  until [[ $(cluster_running) == 3 ]]; do
+    (( $(date +%s) <= deadline )) || die "the cluster did not form: $(cluster_running) of 3 nodes running members"
+    sleep 1
+  done
+  cluster_vars c1
+  say "RabbitMQ $(rabbit_version) cluster of 3 nodes ready in $(( $(date +%s) - started ))s: amqp://127.0.0.1:5721,5722,5723, management http://127.0.0.1:15721-15723"
+}
+
+# SIGTERM to the node's VM: a clean shutdown, without booting the CLI's own VM.
+node_term() {
+  local pid
+  pid=$(vm_pid)
+  if [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null; then kill -TERM "$pid"; fi
+}
+
+# Stops every node at once.
+cluster_stop() {
+  local n pid pids=()
+  for n in "${CLUSTER_NODES[@]}"; do cluster_vars "$n"; node_term; done
+  for n in "${CLUSTER_NODES[@]}"; do (cluster_vars "$n"; rabbit_stop) & pids+=($!); done
+  for pid in "${pids[@]}"; do wait "$pid" || true; done
+}
+
+# One node: a clean stop; a start (it rejoins by itself) that waits until all
+# three are running members again.
+node_stop() {
+  local started
+  started=$(date +%s%3N)
+  node_term
+  rabbit_stop
+  say "node $NODE stopped in $(( $(date +%s%3N) - started ))ms"
+}
+
+node_start() {
+  local started
+  started=$(date +%s)
+  rabbit_boot
+  wait_members
+  say "node $NODE started and back in the cluster in $(( $(date +%s) - started ))s"
+}
+
+wait_members() {
+  # cluster_running runs in a subshell: it leaves this node's variables alone.
+  local deadline=$(( $(date +%s) + 120 ))
+  until [[ $(cluster_running) == 3 ]]; do
+    (( $(date +%s) <= deadline )) || die "node $NODE is up but the cluster has $(cluster_running) running members"
+    sleep 0.5
+  done
+}
+
+# Restarts one quorum queue's replica on a node (Ra stop and restart of the
+# member): when it led the queue, another member is elected leader and starts
+# the queue's dead-letter worker afresh. The run does this to a queue whose
+# dead-lettered messages the broker has held for a while without moving them.
+member_restart() {
+  local queue=$1
+  [[ $queue =~ ^[A-Za-z0-9._-]+$ ]] || die "queue name '$queue' is not one the run declares"
+  as_rabbit rabbitmqctl -q -n "$NODE" eval "S = {'%2F_$queue', node()}, {ok, ok} = {ra:stop_server(quorum_queues, S), ra:restart_server(quorum_queues, S)}, ok." >/dev/null ||
+    die "could not restart the replica of $queue on $NODE"
+  say "replica of quorum queue $queue on $NODE restarted"
 }
 
 # --- PostgreSQL --------------------------------------------------------------
@@ -220,12 +421,32 @@ pg_restart() {
   say "PostgreSQL on $PORT restarted in $(( $(date +%s) - started ))s"
 }
 
+pg_clean() {
+  local dest=${1:-}
+  if [[ -n $dest && -f $PGDIR/server.log ]]; then
+    mkdir -p "$dest"
+    cp "$PGDIR/server.log" "$dest/"
+  fi
+  rm -rf --one-file-system "$PGDIR"
+}
+
+USAGE="usage: $0 rabbit start|stop|restart|kill 3.10|4.0 | rabbit clean 3.10|4.0 [LOGDIR] | cluster start|stop | cluster clean [LOGDIR] | cluster stop-node|start-node|kill-node c1|c2|c3 | cluster restart-member c1|c2|c3 QUEUE | pg start|stop|restart PORT | pg clean PORT [LOGDIR]"
 case ${1:-}:${2:-} in
   rabbit:start) rabbit_vars "${3:-}"; rabbit_start ;;
   rabbit:stop) rabbit_vars "${3:-}"; rabbit_stop ;;
   rabbit:restart) rabbit_vars "${3:-}"; rabbit_restart ;;
+  rabbit:kill) rabbit_vars "${3:-}"; rabbit_kill ;;
+  rabbit:clean) rabbit_vars "${3:-}"; rabbit_clean "${4:-}" ;;
+  cluster:start) cluster_start ;;
+  cluster:stop) cluster_stop ;;
+  cluster:clean) cluster_clean "${3:-}" ;;
+  cluster:stop-node) cluster_vars "${3:-}"; node_stop ;;
+  cluster:start-node) cluster_vars "${3:-}"; node_start ;;
+  cluster:kill-node) cluster_vars "${3:-}"; rabbit_kill; wait_members ;;
+  cluster:restart-member) cluster_vars "${3:-}"; member_restart "${4:-}" ;;
   pg:start) pg_vars "${3:-}"; pg_start ;;
   pg:stop) pg_vars "${3:-}"; pg_stop ;;
   pg:restart) pg_vars "${3:-}"; pg_restart ;;
-  *) echo "usage: $0 rabbit start|stop|restart 3.10|4.0 | pg start|stop|restart PORT" >&2; exit 2 ;;
+  pg:clean) pg_vars "${3:-}"; pg_clean "${4:-}" ;;
+  *) echo "$USAGE" >&2; exit 2 ;;
 esac

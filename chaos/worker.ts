@@ -13,14 +13,17 @@ import { existsSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { PermanentError, uuidv7, WaitForConditionError, Warren, type Logger, type Outcome } from '../src/index.js';
 import { ChaosDb, type DbConfig } from './db.js';
-import { CONSUMER, DEPENDENCY, HELD_TENANT, planMessages, topology, type ChaosPayload } from './plan.js';
+import { CONSUMER, DEPENDENCY, HELD_TENANT, planMessages, quorumTopology, topology as classicTopology, type ChaosPayload } from './plan.js';
 
 /** What the orchestrator passes to every process. */
 export interface WorkerConfig {
   readonly role: 'consumer' | 'relay' | 'scheduler' | 'producer';
   /** Label in logs and in the broker's connection names, e.g. `consumer-1`. */
   readonly name: string;
-  readonly amqpUrl: string;
+  /** One node's URL, or the cluster's nodes (the connection fails over from one to the next). */
+  readonly amqpUrl: string | readonly string[];
+  /** A cluster run: quorum queues. */
+  readonly cluster: boolean;
   readonly db: DbConfig;
   /** While this file exists, the inventory dependency is down. */
   readonly downFile: string;
@@ -34,11 +37,23 @@ export interface WorkerConfig {
 export type WorkerMessage =
   | { readonly type: 'ready' }
   | { readonly type: 'stats'; readonly stats: Readonly<Record<string, number>> }
-  | { readonly type: 'produced'; readonly outbox: number; readonly publisher: number };
+  | { readonly type: 'produced'; readonly outbox: number; readonly publisher: number }
+  /** A consumer's connection: up on a node (`host:port`), or lost. */
+  | { readonly type: 'connected'; readonly node: string; readonly at: number }
+  | { readonly type: 'lost'; readonly at: number }
+  /**
+   * While the parent watches a failover: a handler run started after a pause of 100 ms or
+   * more (`pauseMs`, since the run before it; absent for the process's first run).
+   */
+  | { readonly type: 'handled'; readonly at: number; readonly pauseMs: number | undefined };
+
+/** Messages the parent sends a worker. */
+export type ParentMessage = 'go' | 'watch' | 'unwatch';
 
 const config = JSON.parse(process.env['CHAOS_CONFIG'] ?? 'null') as WorkerConfig | null;
 if (!config) throw new Error('CHAOS_CONFIG is not set: this file is started by chaos/run.ts');
 const cfg: WorkerConfig = config;
+const topology = cfg.cluster ? quorumTopology : classicTopology;
 
 /** Log lines go to stdout, which the orchestrator keeps in the run's directory. */
 function line(level: string, message: string, fields?: Record<string, unknown>): void {
@@ -67,7 +82,7 @@ process.once('SIGTERM', () => {
 
 function connect(): Promise<Warren> {
   return Warren.connect({
-    url: cfg.amqpUrl,
+    url: typeof cfg.amqpUrl === 'string' ? cfg.amqpUrl : [...cfg.amqpUrl],
     topology,
     connectionName: `chaos ${cfg.name}`,
     // A process started while the broker restarts waits for it.
@@ -82,10 +97,24 @@ async function consumer(): Promise<void> {
   const counts: Record<string, number> = { runs: 0, committed: 0 };
   const warren = await connect();
   stopping.push(() => db.close(), () => warren.close());
+  // What the parent needs to time a failover: where the connection is, when it was lost,
+  // and, while it watches, when handler runs start.
+  if (warren.connection.node) report({ type: 'connected', node: warren.connection.node.address, at: Date.now() });
+  warren.connection.on('connected', (_generation: number, node: { address: string }) => report({ type: 'connected', node: node.address, at: Date.now() }));
+  warren.connection.on('disconnected', () => report({ type: 'lost', at: Date.now() }));
+  let watching = false;
+  let lastHandled = 0;
+  process.on('message', (m: ParentMessage) => {
+    if (m === 'watch') watching = true;
+    else if (m === 'unwatch') watching = false;
+  });
   await warren.consume<ChaosPayload, unknown>(
     CONSUMER,
     async (p, ctx) => {
       counts['runs'] = (counts['runs'] ?? 0) + 1;
+      const now = Date.now();
+      if (watching && now - lastHandled >= 100) report({ type: 'handled', at: now, pauseMs: lastHandled > 0 ? now - lastHandled : undefined });
+      lastHandled = now;
       const waits = Number(ctx.headers['warren-waits'] ?? 0);
       switch (p.kind) {
         case 'permanent':
