@@ -16,7 +16,7 @@ export type FlagSpecs = Readonly<Record<string, FlagSpec>>;
 /** Flags every command takes. */
 export const GLOBAL_FLAGS = {
   topology: { type: 'string', short: 't', label: '--topology PATH', help: 'module that exports the topology (`topology` or default export); env WARREN_TOPOLOGY' },
-  url: { type: 'string', label: '--url URL[,URL...]', help: 'AMQP URL, or a cluster\'s nodes separated by commas (tried in order; after the first, host:port takes its scheme, user and vhost); env WARREN_AMQP_URL; default amqp://guest:guest@127.0.0.1:5672' },
+  url: { type: 'string', label: '--url URL[,URL...]', help: 'AMQP URL, or a cluster\'s nodes separated by commas, tried in order (host:port takes the first URL\'s user and vhost); env WARREN_AMQP_URL; default amqp://guest:guest@127.0.0.1:5672' },
   username: { type: 'string', label: '--username NAME', help: 'AMQP user, kept out of the URL (with --password-env); env WARREN_AMQP_USERNAME' },
   'password-env': { type: 'string', label: '--password-env NAME', help: 'the environment variable that holds the AMQP password (never printed); default WARREN_AMQP_PASSWORD' },
   'tls-ca': { type: 'string', label: '--tls-ca FILE', help: 'PEM file of the CA that signed the broker\'s certificate (amqps://); env WARREN_TLS_CA; default Node\'s public CAs' },
