@@ -10,8 +10,10 @@ import { join } from 'node:path';
 import { PassThrough, Readable } from 'node:stream';
 import { Socket } from 'node:net';
 import { describe, expect, it, vi } from 'vitest';
-import { AMQP_URL, BROKER, MGMT_URL } from '../../test/helpers.js';
+import { AMQP_URL, BROKER, MGMT_URL, onTeardown } from '../../test/helpers.js';
 import { declared } from '../park/testing/fixtures.js';
+import { topologySpec } from '../topology/plan.js';
+import { clusterUnavailable, CLUSTER_URLS, connectCluster, lockCluster, startNode, stopNode } from '../../test/cluster/support.js';
 import type { Io } from './context.js';
 import { run } from './run.js';
 import { tempDir, topologyModule } from './testing/run.js';
@@ -209,5 +211,36 @@ describe.skipIf(tlsSkip !== undefined)('TLS flags', () => {
     const plain = await cli(['topology', 'plan', '--url', AMQP_URL, '--tls-ca', file('ca.pem')], mod.env);
     expect(plain.code).toBe(2);
     expect(plain.stderr).toContain('TLS options are set but no URL is amqps://');
+  });
+});
+
+const clusterSkip = BROKER === '4.0' ? "the test cluster is three nodes of the machine's RabbitMQ 3.10; it runs once, in the 3.10 run" : await clusterUnavailable();
+if (clusterSkip) console.warn(`src/cli/connection.test.ts (cluster) skipped: ${clusterSkip}`);
+
+describe.skipIf(clusterSkip !== undefined)('--url with the nodes of the test cluster', () => {
+  it('reads the status through the second node while the first is stopped', { timeout: 600_000 }, async () => {
+    const mod = await topologyModule(build);
+    onTeardown(await lockCluster(300_000));
+    const spec = topologySpec(mod.topology);
+    onTeardown(async () => {
+      const conn = await connectCluster();
+      for (const name of [...spec.queues.map((q) => ['queue', q.name]), ...spec.exchanges.map((x) => ['exchange', x.name])]) {
+        const ch = await conn.createChannel();
+        await (name[0] === 'queue' ? ch.deleteQueue(name[1]!) : ch.deleteExchange(name[1]!)).catch(() => undefined);
+        await ch.close().catch(() => undefined);
+      }
+      await conn.close();
+    });
+    // c1 first, then c2 and c3 as host:port entries.
+    const url = [CLUSTER_URLS[0], ...CLUSTER_URLS.slice(1).map((u) => new URL(u).host)].join(',');
+    const env = { ...mod.env, WARREN_AMQP_URL: url, WARREN_MANAGEMENT_URL: 'http://guest:guest@127.0.0.1:15702' };
+    const applied = await cli(['topology', 'apply'], env);
+    expect(applied.code, applied.stderr).toBe(0);
+    await stopNode('c1');
+    onTeardown(() => startNode('c1'));
+    const r = await cli(['status'], env);
+    expect(r.code, r.stdout + r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/broker: amqp:\/\/guest:\*\*\*@127\.0\.0\.1:5702\/? \(RabbitMQ [\d.]+, node 2 of 3 in --url\)/);
+    expect(r.stderr).toContain('note: amqp://guest:***@127.0.0.1:5701 (connection refused); trying the next node in --url');
   });
 });
