@@ -208,6 +208,10 @@ describe.skipIf(tlsSkip !== undefined)('TLS flags', () => {
     expect(notPem.stderr).toContain(`--tls-ca (or WARREN_TLS_CA): ${file('password')} holds no PEM block`);
     expect(notPem.stderr).not.toContain(password);
 
+    const insecure = await cli([...common, '--tls-insecure', '--tls-cert', file('client.pem'), '--tls-key', file('client.key')], env);
+    expect(insecure.code, insecure.stderr).toBe(0);
+    expect(insecure.stderr).toContain("warning: --tls-insecure: the broker's TLS certificate is not verified");
+
     const plain = await cli(['topology', 'plan', '--url', AMQP_URL, '--tls-ca', file('ca.pem')], mod.env);
     expect(plain.code).toBe(2);
     expect(plain.stderr).toContain('TLS options are set but no URL is amqps://');

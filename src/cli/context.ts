@@ -172,7 +172,9 @@ export function brokerSettings(values: ParsedValues, io: Io, connectTimeoutMs: n
 
 /** Secrets of these settings that are not in a URL: the password and the key's passphrase. */
 export function settingSecrets(s: BrokerSettings): string[] {
-  return [s.password, s.tls?.passphrase].filter((v): v is string => v !== undefined && v.length >= 3);
+  // As in secretsOf: a password equal to the user name (guest:guest) is no secret.
+  const password = s.password !== s.username ? s.password : undefined;
+  return [password, s.tls?.passphrase].filter((v): v is string => v !== undefined && v.length >= 3);
 }
 
 /** Reads a PEM file named by a TLS flag, or a usage error naming the flag. */
