@@ -223,7 +223,8 @@ if (clusterSkip) console.warn(`src/cli/connection.test.ts (cluster) skipped: ${c
 
 describe.skipIf(clusterSkip !== undefined)('--url with the nodes of the test cluster', () => {
   it('reads the status through the second node while the first is stopped', { timeout: 600_000 }, async () => {
-    const mod = await topologyModule(build);
+    // Quorum queues: a classic queue lives on one node and is gone while that node is down.
+    const mod = await topologyModule((names) => ({ ...build(names), queueType: 'quorum' as const }));
     onTeardown(await lockCluster(300_000));
     const spec = topologySpec(mod.topology);
     onTeardown(async () => {
