@@ -16,9 +16,17 @@ export type FlagSpecs = Readonly<Record<string, FlagSpec>>;
 /** Flags every command takes. */
 export const GLOBAL_FLAGS = {
   topology: { type: 'string', short: 't', label: '--topology PATH', help: 'module that exports the topology (`topology` or default export); env WARREN_TOPOLOGY' },
-  url: { type: 'string', label: '--url URL', help: 'AMQP URL; env WARREN_AMQP_URL; default amqp://guest:guest@127.0.0.1:5672' },
+  url: { type: 'string', label: '--url URL[,URL...]', help: 'AMQP URL, or a cluster\'s nodes separated by commas, tried in order (host:port takes the first URL\'s user and vhost); env WARREN_AMQP_URL; default amqp://guest:guest@127.0.0.1:5672' },
+  username: { type: 'string', label: '--username NAME', help: 'AMQP user, kept out of the URL (with --password-env); env WARREN_AMQP_USERNAME' },
+  'password-env': { type: 'string', label: '--password-env NAME', help: 'the environment variable that holds the AMQP password (never printed); default WARREN_AMQP_PASSWORD' },
+  'tls-ca': { type: 'string', label: '--tls-ca FILE', help: 'PEM file of the CA that signed the broker\'s certificate (amqps://); env WARREN_TLS_CA; default Node\'s public CAs' },
+  'tls-cert': { type: 'string', label: '--tls-cert FILE', help: 'PEM file of this client\'s certificate, for a broker that asks for one; env WARREN_TLS_CERT' },
+  'tls-key': { type: 'string', label: '--tls-key FILE', help: 'PEM file of the private key of --tls-cert; env WARREN_TLS_KEY' },
+  'tls-passphrase-env': { type: 'string', label: '--tls-passphrase-env NAME', help: 'the environment variable that holds the passphrase of --tls-key; default WARREN_TLS_PASSPHRASE' },
+  'tls-servername': { type: 'string', label: '--tls-servername NAME', help: 'the name the broker\'s certificate must carry, when the URL\'s host is not in it; env WARREN_TLS_SERVERNAME' },
+  'tls-insecure': { type: 'boolean', label: '--tls-insecure', help: 'do not verify the broker\'s certificate (anyone on the path can read the password and the messages)' },
   'management-url': { type: 'string', label: '--management-url URL', help: 'management API URL; env WARREN_MANAGEMENT_URL; default http://guest:guest@127.0.0.1:15672' },
-  'connect-timeout': { type: 'string', label: '--connect-timeout DURATION', help: 'how long to wait for the broker or the database (e.g. 5s, 500ms); default 5s' },
+  'connect-timeout': { type: 'string', label: '--connect-timeout DURATION', help: 'how long to wait for the broker (each node of --url) or the database (e.g. 5s, 500ms); default 5s' },
   json: { type: 'boolean', label: '--json', help: 'print JSON on stdout, for scripts' },
   help: { type: 'boolean', short: 'h', label: '--help, -h', help: 'show help' },
 } as const satisfies FlagSpecs;

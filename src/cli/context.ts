@@ -1,10 +1,11 @@
-import { stat } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import { isAbsolute, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import * as amqp from 'amqplib';
+import { resolveEndpoints, type Endpoints, type TlsOptions } from '../connection/endpoints.js';
 import { diagnoseHandshake } from '../connection/handshake.js';
 import { redactUrl } from '../connection/url.js';
-import { InvalidOptionError, StoreSchemaError, StoreUnavailableError } from '../errors.js';
+import { BrokerHandshakeError, InvalidOptionError, StoreSchemaError, StoreUnavailableError } from '../errors.js';
 import { ManagementClient } from '../management/client.js';
 import type { Store } from '../store/index.js';
 import { defineTopology, type Topology, type TopologyOptions } from '../topology/declaration.js';
@@ -26,7 +27,9 @@ export const DEFAULT_MANAGEMENT_URL = 'http://guest:guest@127.0.0.1:15672';
 /** Secrets that must never be printed: the passwords of the broker, management and database URLs. */
 export function secretsOf(...urls: readonly (string | undefined)[]): string[] {
   const out: string[] = [];
-  for (const url of urls) {
+  // A list of URLs (--url a,b) holds the secrets of each.
+  const each = urls.flatMap((url) => (url && url.includes(',') ? url.split(',') : [url]));
+  for (const url of each) {
     if (!url) continue;
     try {
       const u = new URL(url);
@@ -106,11 +109,135 @@ export async function loadTopology(flag: string | undefined, io: Io): Promise<To
   throw new UsageError(`${from}: the export of ${given} is not a topology: expected defineTopology(...) or an object with \`consumers\`.`);
 }
 
+/** TLS settings as the CLI takes them: files to read, and the names of env vars holding secrets. */
+export interface CliTlsSettings {
+  readonly ca: string | undefined;
+  readonly cert: string | undefined;
+  readonly key: string | undefined;
+  /** The passphrase of `key`, read from the environment. */
+  readonly passphrase: string | undefined;
+  readonly servername: string | undefined;
+  /** `--tls-insecure`: the broker's certificate is not verified. */
+  readonly insecure: boolean;
+}
+
 /** Connection settings from flags, then the environment, then defaults. */
 export interface BrokerSettings {
+  /** The AMQP URL, or several separated by commas (a cluster's nodes, tried in order). */
   readonly url: string;
   readonly managementUrl: string;
   readonly connectTimeoutMs: number;
+  /** User name given apart from the URL (`--username` or WARREN_AMQP_USERNAME). */
+  readonly username?: string | undefined;
+  /** Password given apart from the URL, read from the environment; never printed. */
+  readonly password?: string | undefined;
+  readonly tls?: CliTlsSettings | undefined;
+}
+
+/** Where each broker setting may come from, for messages. */
+const FROM = {
+  url: '--url (or WARREN_AMQP_URL)',
+  credentials: '--username and --password-env (or WARREN_AMQP_USERNAME and WARREN_AMQP_PASSWORD)',
+} as const;
+
+function fromEnvNamedBy(values: ParsedValues, flag: string, io: Io, fallback: string): string | undefined {
+  const name = typeof values[flag] === 'string' ? values[flag] : undefined;
+  if (name === undefined) return io.env[fallback] === '' ? undefined : io.env[fallback];
+  if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(name)) throw new UsageError(`--${flag}: ${JSON.stringify(name)} is not the name of an environment variable (e.g. ${fallback}); it names the variable, it is not the secret itself.`);
+  const value = io.env[name];
+  if (value === undefined || value === '') throw new UsageError(`--${flag} ${name}: the environment variable ${name} is not set.`);
+  return value;
+}
+
+/** Reads the broker flags: `--url`, credentials and TLS, each with its environment variable. */
+export function brokerSettings(values: ParsedValues, io: Io, connectTimeoutMs: number): BrokerSettings {
+  const flag = (name: string): string | undefined => (typeof values[name] === 'string' ? (values[name] as string) : undefined);
+  const env = (name: string): string | undefined => (io.env[name] === '' ? undefined : io.env[name]);
+  const ca = flag('tls-ca') ?? env('WARREN_TLS_CA');
+  const cert = flag('tls-cert') ?? env('WARREN_TLS_CERT');
+  const key = flag('tls-key') ?? env('WARREN_TLS_KEY');
+  const passphrase = fromEnvNamedBy(values, 'tls-passphrase-env', io, 'WARREN_TLS_PASSPHRASE');
+  const servername = flag('tls-servername') ?? env('WARREN_TLS_SERVERNAME');
+  const insecure = values['tls-insecure'] === true;
+  const anyTls = [ca, cert, key, passphrase, servername].some((v) => v !== undefined) || insecure;
+  return {
+    url: flag('url') ?? io.env['WARREN_AMQP_URL'] ?? DEFAULT_AMQP_URL,
+    managementUrl: flag('management-url') ?? io.env['WARREN_MANAGEMENT_URL'] ?? DEFAULT_MANAGEMENT_URL,
+    connectTimeoutMs,
+    username: flag('username') ?? env('WARREN_AMQP_USERNAME'),
+    password: fromEnvNamedBy(values, 'password-env', io, 'WARREN_AMQP_PASSWORD'),
+    tls: anyTls ? { ca, cert, key, passphrase, servername, insecure } : undefined,
+  };
+}
+
+/** Secrets of these settings that are not in a URL: the password and the key's passphrase. */
+export function settingSecrets(s: BrokerSettings): string[] {
+  // As in secretsOf: a password equal to the user name (guest:guest) is no secret.
+  const password = s.password !== s.username ? s.password : undefined;
+  return [password, s.tls?.passphrase].filter((v): v is string => v !== undefined && v.length >= 3);
+}
+
+/** Reads a PEM file named by a TLS flag, or a usage error naming the flag. */
+async function pemFile(path: string, flag: string, env: string, what: string, cwd: string): Promise<Buffer> {
+  const full = isAbsolute(path) ? path : resolve(cwd, path);
+  let data: Buffer;
+  try {
+    data = await readFile(full);
+  } catch (error) {
+    const code = (error as { code?: string }).code;
+    throw new UsageError(`${flag} (or ${env}): cannot read ${path}${code === 'ENOENT' ? ': no such file' : code === 'EACCES' ? ': permission denied' : code === 'EISDIR' ? ': it is a directory' : ''}. Give the PEM file of ${what}.`);
+  }
+  if (!data.includes('-----BEGIN')) throw new UsageError(`${flag} (or ${env}): ${path} holds no PEM block (no '-----BEGIN' line). Give the PEM file of ${what}.`);
+  return data;
+}
+
+/** The library's connection targets for these settings: URL list, credentials and TLS, checked. */
+export async function endpointsOf(s: BrokerSettings, cwd: string): Promise<Endpoints> {
+  let tls: TlsOptions | undefined;
+  if (s.tls) {
+    const t = s.tls;
+    tls = {
+      ...(t.ca !== undefined ? { ca: await pemFile(t.ca, '--tls-ca', 'WARREN_TLS_CA', 'the CA that signed the broker\'s certificate', cwd) } : {}),
+      ...(t.cert !== undefined ? { cert: await pemFile(t.cert, '--tls-cert', 'WARREN_TLS_CERT', 'this client\'s certificate', cwd) } : {}),
+      ...(t.key !== undefined ? { key: await pemFile(t.key, '--tls-key', 'WARREN_TLS_KEY', 'the private key of --tls-cert', cwd) } : {}),
+      ...(t.passphrase !== undefined ? { passphrase: t.passphrase } : {}),
+      ...(t.servername !== undefined ? { servername: t.servername } : {}),
+      ...(t.insecure ? { rejectUnauthorized: false } : {}),
+    };
+    if (t.passphrase !== undefined && t.key === undefined) throw new UsageError('--tls-passphrase-env (or WARREN_TLS_PASSPHRASE) is the passphrase of --tls-key: give --tls-key too.');
+  }
+  try {
+    return resolveEndpoints({ url: s.url, username: s.username, password: s.password, tls }, {});
+  } catch (error) {
+    if (!(error instanceof InvalidOptionError)) throw error;
+    throw new UsageError(inFlagTerms(error.message.replace(/^Invalid option `([^`]+)`/, (_m, o: string) => OPTION_FLAGS[o] ?? `--${o}`)));
+  }
+}
+
+/** The CLI's flag for each option of the library's connection. */
+const OPTION_FLAGS: Record<string, string> = {
+  url: '--url (or WARREN_AMQP_URL)',
+  WARREN_AMQP_URL: 'WARREN_AMQP_URL',
+  username: '--username (or WARREN_AMQP_USERNAME)',
+  password: '--password-env (or WARREN_AMQP_PASSWORD)',
+  tls: 'The --tls-* flags (or WARREN_TLS_*)',
+  'tls.ca': '--tls-ca',
+  'tls.cert': '--tls-cert',
+  'tls.key': '--tls-key',
+  'tls.servername': '--tls-servername',
+};
+
+/** Rewrites the library's TLS advice (option names, PEM text) into the CLI's flags. */
+export function inFlagTerms(message: string): string {
+  return message
+    .replace("as tls.ca (its PEM text, e.g. readFileSync('ca.pem')); without tls.ca only", 'with --tls-ca FILE (or WARREN_TLS_CA); without it only')
+    .replace('Do not turn tls.rejectUnauthorized off:', 'Do not use --tls-insecure:')
+    .replace('Set tls.cert and tls.key (PEM text)', 'Give --tls-cert FILE and --tls-key FILE (or WARREN_TLS_CERT and WARREN_TLS_KEY)')
+    .replace('tls.passphrase is missing or wrong', 'the passphrase is missing or wrong (--tls-passphrase-env NAME, or WARREN_TLS_PASSPHRASE)')
+    .replace('set both username and password, or neither', 'set both --username and --password-env (or WARREN_AMQP_USERNAME and WARREN_AMQP_PASSWORD), or neither')
+    .replace(/\btls\.rejectUnauthorized\b/g, '--tls-insecure')
+    .replace(/\btls\.(ca|cert|key|servername)\b/g, '--tls-$1')
+    .replace(/\btls\.passphrase\b/g, '--tls-passphrase-env');
 }
 
 /** Explains a failed connect in one line, without the password. */
@@ -118,8 +245,8 @@ export function describeConnectError(error: unknown, url: string, timeoutMs: num
   const where = redactUrl(url);
   const e = error as { code?: string; message?: string };
   const message = e?.message ?? String(error);
-  const handshake = diagnoseHandshake(error, url, '--url (or WARREN_AMQP_URL)');
-  if (handshake) return handshake.message;
+  const handshake = diagnoseHandshake(error, url, FROM.url);
+  if (handshake) return inFlagTerms(handshake.message);
   if (e?.code === 'ECONNREFUSED') return `Cannot reach RabbitMQ at ${where}: connection refused. Check that the broker runs and the host and port in --url (or WARREN_AMQP_URL).`;
   if (e?.code === 'ENOTFOUND' || e?.code === 'EAI_AGAIN') return `Cannot reach RabbitMQ at ${where}: host not found. Check the host in --url (or WARREN_AMQP_URL).`;
   if (e?.code === 'ETIMEDOUT' || /ETIMEDOUT|timeout|timed out/i.test(message)) {
@@ -142,31 +269,120 @@ export function describeConnectError(error: unknown, url: string, timeoutMs: num
   return `Cannot reach RabbitMQ at ${where}: ${message.split('\n')[0]}`;
 }
 
-/** Opens one AMQP connection (Nagle off), mapping failures to exit 3 with one clear line. */
-export async function connect(s: BrokerSettings): Promise<amqp.ChannelModel> {
-  let parsed: URL;
-  try {
-    parsed = new URL(s.url);
-  } catch {
-    throw new UsageError(`--url: ${redactUrl(s.url)} is not a URL (amqp://user:password@host:5672/vhost).`);
+/** Why one node of a list did not answer, in a few words. */
+function shortReason(error: unknown, timeoutMs: number): string {
+  const e = error as { code?: string; message?: string };
+  const message = e?.message ?? String(error);
+  if (e?.code === 'ECONNREFUSED') return 'connection refused';
+  if (e?.code === 'ENOTFOUND' || e?.code === 'EAI_AGAIN') return 'host not found';
+  if (e?.code === 'ETIMEDOUT' || /ETIMEDOUT|timeout|timed out/i.test(message)) return `no answer within ${timeoutMs} ms`;
+  if (/Socket closed abruptly|ECONNRESET|Unexpected close/i.test(message)) return 'the connection closed during the handshake';
+  return message.split('\n')[0] ?? message;
+}
+
+/** The node a CLI connection is on. */
+export interface CliNode {
+  /** The URL connected to, password masked; with --username, that user. */
+  readonly url: string;
+  /** `host:port`. */
+  readonly address: string;
+  /** The server's product and version, e.g. `RabbitMQ 3.10.8`. */
+  readonly server: string | undefined;
+  readonly tls: boolean;
+  /** 1-based position in the list given, and its length. */
+  readonly position: number;
+  readonly of: number;
+}
+
+const nodes = new WeakMap<amqp.ChannelModel, CliNode>();
+
+/** Where a connection opened by {@link connect} went. */
+export function nodeOfConnection(model: amqp.ChannelModel): CliNode | undefined {
+  return nodes.get(model);
+}
+
+/** A node for one line: `amqp://guest:***@127.0.0.1:5702/ (RabbitMQ 3.10.8, node 2 of 3 in --url)`. */
+export function describeNode(node: CliNode): string {
+  const extra = [node.server, node.of > 1 ? `node ${node.position} of ${node.of} in --url` : undefined].filter((x) => x !== undefined);
+  return `${node.url}${extra.length ? ` (${extra.join(', ')})` : ''}`;
+}
+
+/** The URL as messages show it: with credentials given apart, their user and no password. */
+function shownUrl(url: string, credentials: Endpoints['credentials']): string {
+  if (!credentials) return url;
+  const u = new URL(url);
+  u.username = encodeURIComponent(credentials.username);
+  u.password = '';
+  return u.toString();
+}
+
+/**
+ * Opens one AMQP connection (Nagle off) on the first node of the list that answers,
+ * mapping failures to exit 3 with one clear line. A refusal that no other node would
+ * answer differently (credentials, vhost, TLS, not AMQP) stops at once, as the library's
+ * connection does. `note` hears about nodes that did not answer and an unverified TLS.
+ */
+export async function connect(s: BrokerSettings, cwd = process.cwd(), note: (line: string) => void = () => undefined): Promise<amqp.ChannelModel> {
+  for (const part of s.url.split(',').map((u) => u.trim()).filter((u) => u.includes('://'))) {
+    let parsed: URL;
+    try {
+      parsed = new URL(part);
+    } catch {
+      throw new UsageError(`--url: ${redactUrl(part)} is not a URL (amqp://user:password@host:5672/vhost).`);
+    }
+    if (parsed.protocol !== 'amqp:' && parsed.protocol !== 'amqps:') throw new UsageError(`--url: ${redactUrl(part)} is not an AMQP URL (amqp://user:password@host:5672/vhost).`);
   }
-  if (parsed.protocol !== 'amqp:' && parsed.protocol !== 'amqps:') throw new UsageError(`--url: ${redactUrl(s.url)} is not an AMQP URL (amqp://user:password@host:5672/vhost).`);
-  let model: amqp.ChannelModel;
-  try {
-    model = await amqp.connect(s.url, { noDelay: true, timeout: s.connectTimeoutMs, clientProperties: { connection_name: 'warren-cli' } });
-  } catch (error) {
-    throw new CliError(describeConnectError(error, s.url, s.connectTimeoutMs), EXIT.unreachable);
+  const { urls, credentials, tls } = await endpointsOf(s, cwd);
+  if (tls['rejectUnauthorized'] === false) note('warning: --tls-insecure: the broker\'s TLS certificate is not verified; anyone on the path can read the password and the messages.');
+  const failed: string[] = [];
+  for (const [i, url] of urls.entries()) {
+    let model: amqp.ChannelModel;
+    try {
+      model = await amqp.connect(url, {
+        noDelay: true,
+        timeout: s.connectTimeoutMs,
+        clientProperties: { connection_name: 'warren-cli' },
+        ...(url.startsWith('amqps:') ? tls : {}),
+        ...(credentials ? { credentials: amqp.credentials.plain(credentials.username, credentials.password) } : {}),
+      });
+    } catch (error) {
+      const shown = shownUrl(url, credentials);
+      let refused = diagnoseHandshake(error, shown, FROM.url);
+      if (refused?.reason === 'credentials' && credentials) refused = diagnoseHandshake(error, shown, FROM.credentials);
+      if (refused) throw new BrokerHandshakeError(redactUrl(shown), refused.reason, inFlagTerms(refused.message), { cause: error });
+      if (urls.length === 1) throw new CliError(describeConnectError(error, url, s.connectTimeoutMs), EXIT.unreachable);
+      const reason = `${redactUrl(shown)} (${shortReason(error, s.connectTimeoutMs)})`;
+      failed.push(reason);
+      if (i < urls.length - 1) note(`note: ${reason}; trying the next node in --url`);
+      continue;
+    }
+    // A connection error after this point is reported by the operation that hits it.
+    model.on('error', () => undefined);
+    const props = (model as unknown as { connection?: { serverProperties?: Record<string, unknown> } }).connection?.serverProperties ?? {};
+    const text = (v: unknown): string | undefined => (typeof v === 'string' ? v : Buffer.isBuffer(v) ? v.toString('utf8') : undefined);
+    const server = [text(props['product']), text(props['version'])].filter((x) => x !== undefined).join(' ');
+    const u = new URL(url);
+    nodes.set(model, {
+      url: redactUrl(shownUrl(url, credentials)),
+      address: `${u.hostname}:${u.port || (u.protocol === 'amqps:' ? '5671' : '5672')}`,
+      server: server || undefined,
+      tls: u.protocol === 'amqps:',
+      position: i + 1,
+      of: urls.length,
+    });
+    return model;
   }
-  // A connection error after this point is reported by the operation that hits it.
-  model.on('error', () => undefined);
-  return model;
+  throw new CliError(
+    `Cannot reach RabbitMQ at any of the ${urls.length} nodes in --url (or WARREN_AMQP_URL): ${failed.join('; ')}. Check that the brokers run and the hosts and ports in the list.`,
+    EXIT.unreachable,
+  );
 }
 
 /** The management API client for these settings, on the AMQP URL's virtual host. */
 export function management(s: BrokerSettings): ManagementClient {
   let vhost = '/';
   try {
-    const path = new URL(s.url).pathname;
+    const path = new URL(s.url.split(',')[0]!.trim()).pathname;
     if (path.length > 1) vhost = decodeURIComponent(path.slice(1));
   } catch {
     // connect() reports a bad URL

@@ -15,15 +15,20 @@ const EXIT_CODES = [
 
 const ENVIRONMENT = [
   '  WARREN_TOPOLOGY         topology module, as --topology',
-  '  WARREN_AMQP_URL         AMQP URL, as --url',
+  '  WARREN_AMQP_URL         AMQP URL, or a cluster\'s nodes separated by commas, as --url',
+  '  WARREN_AMQP_USERNAME    AMQP user, as --username',
+  '  WARREN_AMQP_PASSWORD    AMQP password (the default of --password-env)',
+  '  WARREN_TLS_CA, WARREN_TLS_CERT, WARREN_TLS_KEY, WARREN_TLS_SERVERNAME',
+  '                          as --tls-ca, --tls-cert, --tls-key, --tls-servername',
+  '  WARREN_TLS_PASSPHRASE   passphrase of the TLS key (the default of --tls-passphrase-env)',
   '  WARREN_MANAGEMENT_URL   management API URL, as --management-url',
   '  WARREN_DB               the database of the retry table and the outbox, as --db',
   '  WARREN_ACTOR            who makes retry-table changes, as --actor',
-  '  Passwords in these URLs are never printed.',
+  '  Passwords (in these URLs, and the ones read from the environment) are never printed.',
 ];
 
 /** Flags for every command that concern only the broker and the topology. */
-const BROKER_FLAGS = new Set(['topology', 'url', 'management-url']);
+const BROKER_FLAGS = new Set(['topology', 'url', 'management-url', 'username', 'password-env', 'tls-ca', 'tls-cert', 'tls-key', 'tls-passphrase-env', 'tls-servername', 'tls-insecure']);
 
 /**
  * The flags for every command that matter to `c`: a command that takes --db works on the

@@ -13,7 +13,7 @@ import { OUTBOX_COMMANDS } from './commands/outbox.js';
 import { RETRY_COMMANDS } from './commands/retry.js';
 import { status } from './commands/status.js';
 import { topologyApply, topologyPlan, topologyVerify } from './commands/topology.js';
-import { connect, DEFAULT_AMQP_URL, DEFAULT_MANAGEMENT_URL, loadTopology, management, scrub, secretsOf, type BrokerSettings, type Io } from './context.js';
+import { brokerSettings, connect, DEFAULT_AMQP_URL, loadTopology, management, scrub, secretsOf, settingSecrets, type BrokerSettings, type Io } from './context.js';
 import { CliError, EXIT, UsageError, type ExitCode } from './errors.js';
 import { commandHelp, groupHelp, mainHelp } from './help.js';
 
@@ -91,7 +91,7 @@ function watch(stream: NodeJS.WritableStream): { closed: boolean } {
 export async function run(argv: readonly string[], io: Io): Promise<ExitCode> {
   const env = io.env;
   const url = env['WARREN_AMQP_URL'] ?? DEFAULT_AMQP_URL;
-  let secrets = secretsOf(url, env['WARREN_MANAGEMENT_URL'], env['WARREN_DB']);
+  let secrets = [...secretsOf(url, env['WARREN_MANAGEMENT_URL'], env['WARREN_DB']), ...[env['WARREN_AMQP_PASSWORD'], env['WARREN_TLS_PASSPHRASE']].filter((v): v is string => v !== undefined && v.length >= 3)];
   const stdout = watch(io.stdout);
   const stderr = watch(io.stderr);
   const err = (line = '') => {
@@ -147,12 +147,8 @@ export async function run(argv: readonly string[], io: Io): Promise<ExitCode> {
     }
     // The command words come first among the positionals; the rest are its arguments.
     const args = parsed.positionals.slice(command.path.length);
-    const broker: BrokerSettings = {
-      url: str(parsed.values, 'url') ?? url,
-      managementUrl: str(parsed.values, 'management-url') ?? env['WARREN_MANAGEMENT_URL'] ?? DEFAULT_MANAGEMENT_URL,
-      connectTimeoutMs: duration(parsed.values, 'connect-timeout') ?? 5000,
-    };
-    secrets = secretsOf(broker.url, broker.managementUrl, str(parsed.values, 'db') ?? env['WARREN_DB']);
+    const broker: BrokerSettings = brokerSettings(parsed.values, io, duration(parsed.values, 'connect-timeout') ?? 5000);
+    secrets = [...secrets, ...secretsOf(broker.url, broker.managementUrl, str(parsed.values, 'db') ?? env['WARREN_DB']), ...settingSecrets(broker)];
     let topology: Promise<Topology> | undefined;
     let api: ManagementClient | undefined;
     const ctx: CommandContext = {
@@ -163,7 +159,7 @@ export async function run(argv: readonly string[], io: Io): Promise<ExitCode> {
       signal: controller.signal,
       broker,
       topology: () => (topology ??= loadTopology(str(parsed.values, 'topology'), io)),
-      connection: async () => (model ??= await connect(broker)),
+      connection: async () => (model ??= await connect(broker, io.cwd, err)),
       management: () => (api ??= management(broker)),
       out,
       err,

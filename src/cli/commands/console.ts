@@ -3,7 +3,8 @@ import { isIP } from 'node:net';
 import { createInterface } from 'node:readline';
 import { DB_FLAGS, str } from '../args.js';
 import type { Command, CommandContext } from '../command.js';
-import { databaseSettings, openDatabase } from '../context.js';
+import type * as amqp from 'amqplib';
+import { connect, databaseSettings, openDatabase } from '../context.js';
 import { CliError, EXIT, UsageError } from '../errors.js';
 
 const DEFAULT_LISTEN = '127.0.0.1:8780';
@@ -122,6 +123,19 @@ export const consoleCommand: Command = {
     const db = dbGiven !== undefined && dbGiven.trim() !== '' ? databaseSettings(ctx.values, ctx.io, ctx.broker.connectTimeoutMs) : undefined;
     const store = db ? await openDatabase(db) : undefined;
     const auditFile = str(ctx.values, 'audit-file') ?? (ctx.io.env['WARREN_AUDIT_FILE']?.trim() || undefined);
+    // One AMQP connection on the first node of --url that answers, opened again after a loss.
+    let live: Promise<amqp.ChannelModel> | undefined;
+    const connection = (): Promise<amqp.ChannelModel> =>
+      (live ??= connect(ctx.broker, ctx.io.cwd, ctx.err).then(
+        (m) => {
+          m.on('close', () => (live = undefined));
+          return m;
+        },
+        (error: unknown) => {
+          live = undefined;
+          throw error;
+        },
+      ));
     const server: Server = createServer();
     let ops: Awaited<ReturnType<typeof mod.warrenConsole>> | undefined;
     try {
@@ -136,6 +150,7 @@ export const consoleCommand: Command = {
       ops = mod.warrenConsole({
         topology,
         url: ctx.broker.url,
+        connection,
         management: ctx.management(),
         authorize,
         ...(store ? { store, databaseName: db?.shown ?? '' } : {}),
@@ -157,6 +172,7 @@ export const consoleCommand: Command = {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
       await ops?.close();
+      await (await live?.catch(() => undefined))?.close().catch(() => undefined);
       await store?.close().catch(() => undefined);
     }
   },

@@ -64,14 +64,14 @@ export const metrics: Command = {
       throw error;
     }
     // One AMQP connection, opened again after a loss; the first one must work.
-    let model: amqp.ChannelModel | undefined = await connect(ctx.broker);
+    let model: amqp.ChannelModel | undefined = await connect(ctx.broker, ctx.io.cwd, ctx.err);
     const watch = (m: amqp.ChannelModel) => m.on('close', () => {
       if (model === m) model = undefined;
     });
     watch(model);
     const connection = async () => {
       if (model) return model;
-      const m = await connect(ctx.broker);
+      const m = await connect(ctx.broker, ctx.io.cwd, ctx.err);
       watch(m);
       model = m;
       return m;

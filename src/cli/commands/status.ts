@@ -4,7 +4,7 @@ import type { RetrySignals } from '../../retry-table/index.js';
 import type { OutboxLag } from '../../store/index.js';
 import { DB_FLAGS, str, type ParsedValues } from '../args.js';
 import type { Command, CommandContext } from '../command.js';
-import { databaseSettings, describeDatabaseError, openDatabase } from '../context.js';
+import { databaseSettings, describeDatabaseError, describeNode, nodeOfConnection, openDatabase } from '../context.js';
 import { EXIT, UsageError } from '../errors.js';
 import { count, span, table } from '../format.js';
 
@@ -106,10 +106,13 @@ export const status: Command = {
     const names = ctx.args.length ? [...ctx.args] : undefined;
     if (names) for (const name of names) topology.consumer(name);
     const database = await readDatabase(ctx);
-    const read = await readStatus(await ctx.connection(), topology, { management: ctx.management(), ...(names ? { consumers: names } : {}) });
+    const model = await ctx.connection();
+    const node = nodeOfConnection(model);
+    const read = await readStatus(model, topology, { management: ctx.management(), ...(names ? { consumers: names } : {}) });
     const report = database === undefined ? read : { ...read, problems: [...read.problems, ...database.problems.map((p) => ({ consumer: 'database', queue: '', ...p }))], ok: read.ok && database.problems.length === 0 };
     if (ctx.json) {
-      ctx.printJson(database === undefined ? report : { ...report, database });
+      const broker = node && { url: node.url, address: node.address, server: node.server ?? null, tls: node.tls };
+      ctx.printJson({ ...report, ...(broker ? { broker } : {}), ...(database === undefined ? {} : { database }) });
       return report.ok ? EXIT.ok : EXIT.failed;
     }
     const header = ['', 'queue', 'ready', 'unacked', 'consumers', 'redeliver/s'];
@@ -142,6 +145,7 @@ export const status: Command = {
       for (const line of lines) ctx.out(`  ${line}`);
     }
     ctx.out();
+    if (node) ctx.out(`broker: ${describeNode(node)}`);
     if (report.ok) ctx.out(`OK: nothing parked, every work queue with messages has a consumer${report.bindingsChecked ? ', every binding as declared' : ''}${database ? `, no outbox row flagged, no retry-table row due for over ${span(database.maxDueAgeMs)}` : ''}.`);
     else {
       ctx.out(`${report.problems.length} problem${report.problems.length === 1 ? '' : 's'}:`);
