@@ -393,10 +393,13 @@ export class BrokerConnection extends EventEmitter {
   async onReady(hook: ReadyHook): Promise<() => void> {
     this.hooks.push(hook);
     if (this.model && !this.connecting) await hook(this.model);
-    return () => {
-      const i = this.hooks.indexOf(hook);
-      if (i >= 0) this.hooks.splice(i, 1);
-    };
+    return () => this.offReady(hook);
+  }
+
+  /** Removes a hook given to {@link onReady} (also one whose first run threw, which stays registered). */
+  offReady(hook: ReadyHook): void {
+    const i = this.hooks.indexOf(hook);
+    if (i >= 0) this.hooks.splice(i, 1);
   }
 
   /** The live connection, waiting up to `timeoutMs` for a reconnect. */

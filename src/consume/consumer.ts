@@ -94,6 +94,17 @@ const ACK_PROOF_MS = 1000;
 const IN_TRANSIT_MS = 60_000;
 
 /** Identifies a delivery across redeliveries: its message id, else its body and routing key. */
+/**
+ * True for amqplib's errors of a channel or connection that went away under a request
+ * (`Channel ended, no reply will be forthcoming`, `Connection closed`, a reset socket),
+ * not the broker refusing it (a 404 or 403 names the operation and its code).
+ */
+function droppedMidway(error: unknown): boolean {
+  const text = error instanceof Error ? `${error.message} ${(error as { code?: unknown }).code ?? ''}` : String(error);
+  if (/\b40[34]\b|NOT[_-]FOUND|ACCESS[_-]REFUSED|PRECONDITION/i.test(text)) return false;
+  return /Channel ended|Channel closed|Connection closed|Connection closing|ECONNRESET|EPIPE|socket hang up/i.test(text);
+}
+
 function deliveryKey(msg: amqp.ConsumeMessage): string {
   const id: unknown = msg.properties.messageId;
   if (typeof id === 'string' && id !== '' && id.length <= 1000) return `id:${id}`;
@@ -216,13 +227,22 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
 
   /** Attaches now and again after every reconnect. */
   async start(): Promise<void> {
+    const hook = async (model: amqp.ChannelModel): Promise<void> => {
+      if (this.stopping || this.closed) return;
+      this.channel = undefined;
+      await this.attach(model);
+    };
+    this.unregister = () => this.connection.offReady(hook);
     try {
-      this.unregister = await this.connection.onReady(async (model) => {
-        if (this.stopping || this.closed) return;
-        this.channel = undefined;
-        await this.attach(model);
-      });
+      await this.connection.onReady(hook);
     } catch (error) {
+      if (droppedMidway(error) && !this.closed && !this.stopping) {
+        // The connection dropped while the consumer attached: it attaches when the
+        // connection is back (the hook stays registered), as after any later loss.
+        this.logger.warn('the connection dropped while the consumer attached; it attaches again when the connection is back', { consumer: this.name, error: errorText(error) });
+        this.scheduleReattach('the connection dropped while attaching');
+        return;
+      }
       // The first attach failed (no queue, no permission): leave nothing running behind.
       await this.close();
       throw error;

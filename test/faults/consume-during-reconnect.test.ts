@@ -32,3 +32,38 @@ describe('consume() while the connection runs its ready hooks', () => {
     expect(handled).toEqual([1]);
   });
 });
+
+describe('consume() when the connection drops while it attaches', () => {
+  // Failed before the fix: consume() rejected with "Channel ended, no reply will be
+  // forthcoming", and a worker that called it at start-up exited (seen in the chaos run).
+  it('resolves, and the consumer attaches when the connection is back', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('middrop')]: { bindings: ['k'] } } }));
+    const c = [...topology.consumers.values()][0]!;
+    const warren = await connectWarren(topology, { reconnect: { initialDelayMs: 20, maxDelayMs: 200 } });
+    const model = await warren.connection.waitReady(1000);
+    const inner = model as unknown as { createChannel: () => Promise<unknown>; connection: { stream: { destroy(e: Error): void } } };
+    const createChannel = inner.createChannel.bind(model);
+    // The connection is cut just after the consumer's channel opens, before its consume.
+    inner.createChannel = async () => {
+      const ch = await createChannel();
+      inner.createChannel = createChannel;
+      inner.connection.stream.destroy(new Error('cut by the test'));
+      return ch;
+    };
+    const handled: number[] = [];
+    const consumer = await warren.consume(c.name, async (p: { n: number }) => void handled.push(p.n));
+    await waitFor(() => consumer.attached && warren.connection.currentGeneration === 2, 'the consumer to attach on the new connection', 10_000);
+    await warren.publish('k', { n: 1 });
+    await waitFor(() => handled.length === 1, 'the message to be handled');
+    expect(handled).toEqual([1]);
+  });
+
+  it('still rejects when the broker refuses the consume (no such queue)', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('noqueue')]: { bindings: ['k'] } } }));
+    const c = [...topology.consumers.values()][0]!;
+    const warren = await connectWarren(topology);
+    const raw = await (await warren.connection.waitReady(1000)).createChannel();
+    await raw.deleteQueue(c.queue);
+    await expect(warren.consume(c.name, async () => undefined)).rejects.toThrow(/404|NOT_FOUND/);
+  });
+});
