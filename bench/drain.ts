@@ -7,12 +7,14 @@
  * process.memoryUsage() every 50 ms (bench/drain-consumer.mjs). Each run drains once with
  * a warren consumer and once with bare amqplib (basic.consume, JSON.parse, ack), and
  * prints their peak RSS and heap side by side, the heap at each tenth of the run (flat is
- * the goal: nothing kept per message), and the rate. Exits 1 if a message was not acked
- * the first time or warren's loader-free peak RSS passed `--max-rss-mb`.
+ * the goal: nothing kept per message), and the rate; then both again under
+ * `--max-semi-space-size=2` (`--semi-space MB`, docs/scaling.md recommends it where
+ * memory is tight). Exits 1 if a message was not acked the first time or warren's
+ * loader-free peak RSS without the flag passed `--max-rss-mb`.
  *
  *   npm run drain -- --messages 1000000
  *   npm run drain -- --messages 1000000 --with-loader       also both under tsx (warren from src/)
- *   npm run drain -- --messages 1000000 --semi-space 4      also both with --max-semi-space-size=4
+ *   npm run drain -- --messages 1000000 --semi-space off    without the --max-semi-space-size=2 runs
  *   npm run drain -- --messages 20000 --json                one line of JSON (what test/drain.test.ts reads)
  *
  * Options: --messages (default 1,000,000), --backlog (most messages queued ahead of the
@@ -206,6 +208,9 @@ function printRuns(report: DrainReport, prefetch: number, backlog: number): void
   const warren = plain('warren');
   const bare = plain('bare');
   if (warren) console.log(`\nwarren consumer, plain node on dist/: peak RSS ${warren.peak.rss.toFixed(1)} MB, peak heap ${warren.peak.heapUsed.toFixed(1)} MB${bare ? ` (bare amqplib: ${bare.peak.rss.toFixed(1)} MB, ${bare.peak.heapUsed.toFixed(1)} MB)` : ''}`);
+  const capped = runs.find((r) => r.kind === 'warren' && r.loader.includes('semi'));
+  const cappedBare = runs.find((r) => r.kind === 'bare' && r.loader.includes('semi'));
+  if (capped) console.log(`the same with ${/--max-semi-space-size=\d+/.exec(capped.loader)?.[0]}: peak RSS ${capped.peak.rss.toFixed(1)} MB, peak heap ${capped.peak.heapUsed.toFixed(1)} MB${cappedBare ? ` (bare amqplib: ${cappedBare.peak.rss.toFixed(1)} MB, ${cappedBare.peak.heapUsed.toFixed(1)} MB)` : ''}`);
 }
 
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
@@ -232,7 +237,7 @@ if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.a
     const backlog = positive('backlog', values.backlog, 20_000);
     const prefetch = positive('prefetch', values.prefetch, 50);
     const maxRss = positive('max-rss-mb', values['max-rss-mb'], 100);
-    const semi = values['semi-space'] === undefined ? undefined : positive('semi-space', values['semi-space'], 16);
+    const semi = values['semi-space'] === 'off' ? undefined : positive('semi-space', values['semi-space'], 2);
     const only = values.only;
     const kinds: readonly Variant['kind'][] | undefined = only === undefined ? ['warren', 'bare'] : only === 'warren' || only === 'bare' ? [only] : undefined;
     if (!kinds) {
