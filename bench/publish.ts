@@ -14,16 +14,23 @@
  * Rounds alternate bare and warren (which goes first alternates too), and the median
  * of each side is reported with the ratio, so drift in a loaded machine favours neither.
  *
+ * warren is loaded from the compiled `dist/` (built first when older than `src/`), as an
+ * application loads the package: under the TypeScript loader every closure would also
+ * pay its function-naming helper, which the bare side here pays far less of.
+ *
  * Run alone with `npx tsx bench/publish.ts`. Brokers: WARREN_BENCH_PUBLISH_URLS (comma
  * separated, default the 3.10 and 4.0 brokers of the development machine,
  * amqp://guest:guest@127.0.0.1:5672 and :5673). Sizes: WARREN_BENCH_PUBLISH_MESSAGES
  * (window and burst, default 20,000), WARREN_BENCH_SERIAL_MESSAGES (default 3,000),
- * WARREN_BENCH_ROUNDS (default 5).
+ * WARREN_BENCH_ROUNDS (default 5); WARREN_BENCH_PUBLISH_PATTERNS picks patterns (default
+ * `window,serial,burst`).
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 import * as amqp from 'amqplib';
-import { defineTopology, HEADER, Warren, type Topology } from '../src/index.js';
+import { HEADER } from '../src/headers.js';
+import type { Topology, Warren } from '../src/index.js';
+import { loadBuilt } from './built.js';
 import { printRows, type BenchRow } from './report.js';
 
 const URLS = (process.env['WARREN_BENCH_PUBLISH_URLS'] ?? 'amqp://guest:guest@127.0.0.1:5672,amqp://guest:guest@127.0.0.1:5673').split(',').map((s) => s.trim()).filter(Boolean);
@@ -36,7 +43,11 @@ const ROUTING_KEY = 'bench.order';
 const PAYLOAD = { orderId: 0, customer: 'c-000042', items: [{ sku: 'SKU-1', qty: 2 }], note: 'x'.repeat(120) };
 
 type Pattern = 'window' | 'serial' | 'burst';
-const PATTERNS: readonly Pattern[] = ['window', 'serial', 'burst'];
+const PATTERNS: readonly Pattern[] = (process.env['WARREN_BENCH_PUBLISH_PATTERNS'] ?? 'window,serial,burst').split(',').map((p) => {
+  const pattern = p.trim() as Pattern;
+  if (!['window', 'serial', 'burst'].includes(pattern)) throw new Error(`WARREN_BENCH_PUBLISH_PATTERNS: ${JSON.stringify(p)} is not window, serial or burst`);
+  return pattern;
+});
 
 /** The properties the bare side stamps: what warren's publisher stamps. */
 function bareProperties(): amqp.Options.Publish {
@@ -135,6 +146,7 @@ function brokerLabel(url: string): string {
 
 /** The three patterns on one broker, bare and warren alternating. */
 async function benchBroker(url: string, log: (line: string) => void): Promise<BenchRow[]> {
+  const { defineTopology, Warren } = await loadBuilt();
   const prefix = `bench.publish.${Date.now().toString(36)}${randomBytes(2).toString('hex')}`;
   const topology: Topology = defineTopology({ exchange: `${prefix}.events`, consumers: { [`${prefix}.work`]: { bindings: ['bench.#'] } } });
   const queue = [...topology.consumers.values()][0]?.queue as string;

@@ -422,7 +422,19 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   /** The contract's decision for this delivery (see {@link decide}), its notes logged. */
   private decide(d: Delivery, headers: Record<string, unknown>, failed: number, happened: Happening, payload?: T): Decision {
     const messageId = idOf(d);
-    const context = { messageId, routingKey: d.msg.fields.routingKey, headers, attempt: failed + 1, raw: d.msg, tx: undefined, signal: AbortSignal.abort() };
+    // The signal (already aborted: no handler runs now) is made only if `classify` reads
+    // it: AbortSignal.abort() builds a DOMException, a stack trace on every delivery.
+    const context = {
+      messageId,
+      routingKey: d.msg.fields.routingKey,
+      headers,
+      attempt: failed + 1,
+      raw: d.msg,
+      tx: undefined,
+      get signal(): AbortSignal {
+        return AbortSignal.abort();
+      },
+    };
     const decision = decide({ happened, attempts: failed, headers, consumer: this.declaration, classify: this.options.classify, retryTable: this.options.retryTable, payload, context, now: new Date() });
     for (const note of decision.notes ?? []) this.logger.error(note.message, { consumer: this.name, messageId, ...(note.error === undefined ? {} : { error: errorText(note.error) }) });
     return decision;

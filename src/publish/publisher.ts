@@ -3,7 +3,7 @@ import type * as amqp from 'amqplib';
 import { ClosedError, InvalidOptionError, PublishNackedError, PublishNotConfirmedError, PublishNotSentError, UnroutableError, type LateAnswer } from '../errors.js';
 import { toLogger, type Logger } from '../logger.js';
 import type { BrokerConnection } from '../connection/index.js';
-import { stampMessage, type PublishOptions } from './stamp.js';
+import { NO_OPTIONS, stampMessage, type PublishOptions } from './stamp.js';
 import { tracePublish } from '../trace/index.js';
 
 export type { PublishOptions };
@@ -50,36 +50,40 @@ export interface PublishReceipt {
   readonly messageId: string;
 }
 
-/** A publish written to the channel, awaiting its confirm. */
-interface Pending {
-  readonly key: string;
-  readonly exchange: string;
-  readonly routingKey: string;
-  readonly messageId: string | undefined;
-  readonly deadline: number;
+/**
+ * One publish, from the call to its outcome: what to write, where it waits, and how it
+ * settles. One object per publish, its methods on the prototype: no closures per
+ * publish but the promise's and the confirm callback.
+ */
+class Outgoing {
+  /** Neighbours in the publisher's list of written, unconfirmed publishes (write order). */
+  prev: Outgoing | undefined = undefined;
+  next: Outgoing | undefined = undefined;
+  /** True while in that list. */
+  linked = false;
   /** When it was written (Date.now()), for the confirm latency in `settled`. */
-  readonly sentAt: number;
-  returned?: string;
+  sentAt = 0;
+  /** Set by a basic.return, which comes before the confirm: `replyCode replyText`. */
+  returned: string | undefined = undefined;
   /** Set when the deadline gave it up: takes the broker's answer if it still comes. */
-  late?: (answer: LateAnswer) => void;
-  settle(error?: Error): void;
-}
+  late: ((answer: LateAnswer) => void) | undefined = undefined;
+  settled = false;
 
-/** A publish waiting in line (for a slot, or to be written), with its deadline. */
-interface Waiter {
-  readonly messageId: string | undefined;
-  readonly deadline: number;
-  /** Takes the publish out of the line for good, with this error. */
-  readonly fail: (error: Error) => void;
-}
+  constructor(
+    readonly exchange: string,
+    readonly routingKey: string,
+    readonly content: Buffer,
+    readonly properties: amqp.Options.Publish,
+    readonly deadline: number,
+    /** Resolve with a {@link PublishReceipt} (made at the confirm, not kept while waiting) rather than nothing. */
+    readonly receipt: boolean,
+    readonly resolve: (value: PublishReceipt | undefined) => void,
+    readonly reject: (error: Error) => void,
+  ) {}
 
-interface SlotWaiter extends Waiter {
-  readonly go: () => void;
-}
-
-interface WriteWaiter extends Waiter {
-  /** Writes the message now, synchronously. */
-  readonly write: (ch: amqp.ConfirmChannel) => void;
+  get messageId(): string | undefined {
+    return this.properties.messageId;
+  }
 }
 
 const DEFAULTS = { maxInFlight: 1000, connectTimeoutMs: 10_000, confirmTimeoutMs: 30_000 } as const;
@@ -108,14 +112,18 @@ export class Publisher extends EventEmitter {
   private readonly logger: Logger;
   private channel: amqp.ConfirmChannel | undefined;
   private opening: Promise<amqp.ConfirmChannel> | undefined;
-  /** Publishes awaiting their confirm by message id: one entry, or a list when ids repeat. */
-  private readonly pendingByKey = new Map<string, Pending | Pending[]>();
+  /**
+   * Publishes written and awaiting their confirm, oldest first: a list linked through
+   * the publishes themselves, so adding and removing one costs no allocation or hashing.
+   */
+  private head: Outgoing | undefined;
+  private tail: Outgoing | undefined;
   private inFlight = 0;
   /** Publishes waiting for a slot, oldest first, from `slotHead` on (a queue without O(n) shifts). */
-  private slotWaiters: Array<SlotWaiter | undefined> = [];
+  private slotWaiters: Array<Outgoing | undefined> = [];
   private slotHead = 0;
   /** Publishes holding a slot and waiting to be written, oldest first. */
-  private writeWaiters: WriteWaiter[] = [];
+  private writeWaiters: Outgoing[] = [];
   /** The channel whose write buffer is full, until it drains (or closes). */
   private fullChannel: amqp.ConfirmChannel | undefined;
   private closed = false;
@@ -167,27 +175,30 @@ export class Publisher extends EventEmitter {
       if (w && w.deadline > now) break;
       if (w) {
         this.slotWaiters[i] = undefined;
-        w.fail(this.notSent(w.messageId, `no free slot within ${this.confirmTimeoutMs} ms (${this.maxInFlight} publishes were awaiting confirms)`, blocked));
+        // Never held a slot: failing it frees none.
+        w.reject(this.notSent(w.messageId, `no free slot within ${this.confirmTimeoutMs} ms (${this.maxInFlight} publishes were awaiting confirms)`, blocked));
       }
     }
     this.skipEmptySlots();
     if (this.writeWaiters.some((w) => w.deadline <= now)) {
-      const keep: WriteWaiter[] = [];
-      const due: WriteWaiter[] = [];
+      const keep: Outgoing[] = [];
+      const due: Outgoing[] = [];
       for (const w of this.writeWaiters) (w.deadline > now ? keep : due).push(w);
       // The line is replaced before anyone is failed: a failure frees a slot, and the
       // publish that takes it may join the line at once.
       this.writeWaiters = keep;
-      for (const w of due) w.fail(this.notSent(w.messageId, `the connection's socket did not drain within ${this.confirmTimeoutMs} ms (the broker is not reading it)`, blocked));
+      for (const w of due) this.settle(w, this.notSent(w.messageId, `the connection's socket did not drain within ${this.confirmTimeoutMs} ms (the broker is not reading it)`, blocked));
     }
-    for (const value of [...this.pendingByKey.values()]) {
-      for (const entry of Array.isArray(value) ? [...value] : [value]) {
-        if (entry.deadline <= now) {
-          const why = blocked === undefined ? 'it may be blocked by a memory or disk alarm' : `the broker blocked publishing on this connection: ${blocked}`;
-          const late = new Promise<LateAnswer>((r) => (entry.late = r));
-          entry.settle(new PublishNotConfirmedError(entry.messageId, `no confirm from the broker within ${this.confirmTimeoutMs} ms (${why})`, { late }));
-        }
+    for (let entry = this.head; entry !== undefined; ) {
+      // Settling unlinks it: take the next first.
+      const next = entry.next;
+      if (entry.deadline <= now) {
+        const why = blocked === undefined ? 'it may be blocked by a memory or disk alarm' : `the broker blocked publishing on this connection: ${blocked}`;
+        const given = entry;
+        const late = new Promise<LateAnswer>((r) => (given.late = r));
+        this.settle(entry, new PublishNotConfirmedError(entry.messageId, `no confirm from the broker within ${this.confirmTimeoutMs} ms (${why})`, { late }));
       }
+      entry = next;
     }
   }
 
@@ -227,12 +238,22 @@ export class Publisher extends EventEmitter {
     });
   }
 
+  /**
+   * Returns carry no delivery tag, so a return is charged to the oldest written publish
+   * alike in message id, exchange and routing key that has no return yet. Two pending
+   * publishes alike in all three are interchangeable: whichever the return is charged
+   * to, the outcome is right. A return comes just before its publish's confirm, so the
+   * walk from the oldest is short unless many older publishes await the disk.
+   */
   private onReturn(msg: amqp.Message): void {
-    const value = this.pendingByKey.get(keyOf(msg.properties.messageId as string | undefined));
+    const messageId = msg.properties.messageId as string | undefined;
     const { exchange, routingKey } = msg.fields;
-    const matches = (p: Pending): boolean => p.returned === undefined && p.exchange === exchange && p.routingKey === routingKey;
-    const entry = value === undefined ? undefined : Array.isArray(value) ? value.find(matches) : matches(value) ? value : undefined;
-    if (entry) entry.returned = `${(msg.fields as { replyCode?: number }).replyCode ?? 312} ${(msg.fields as { replyText?: string }).replyText ?? 'NO_ROUTE'}`;
+    for (let entry = this.head; entry !== undefined; entry = entry.next) {
+      if (entry.returned === undefined && entry.properties.messageId === messageId && entry.exchange === exchange && entry.routingKey === routingKey) {
+        entry.returned = `${(msg.fields as { replyCode?: number }).replyCode ?? 312} ${(msg.fields as { replyText?: string }).replyText ?? 'NO_ROUTE'}`;
+        return;
+      }
+    }
   }
 
   private async acquireChannel(deadline: number): Promise<amqp.ConfirmChannel> {
@@ -264,7 +285,7 @@ export class Publisher extends EventEmitter {
       this.slotWaiters[this.slotHead] = undefined;
       this.slotHead += 1;
       this.skipEmptySlots();
-      next?.go();
+      if (next !== undefined) this.withSlot(next);
       return;
     }
     this.inFlight -= 1;
@@ -276,7 +297,7 @@ export class Publisher extends EventEmitter {
    * the occurred-at time, JSON content type and persistent delivery; in a PRODUCER span
    * (ended at the confirm) when an OpenTelemetry SDK is registered.
    */
-  publish(routingKey: string, payload: unknown, options: PublishOptions = {}): Promise<PublishReceipt> {
+  publish(routingKey: string, payload: unknown, options: PublishOptions = NO_OPTIONS): Promise<PublishReceipt> {
     const exchange = options.exchange ?? this.exchange;
     return tracePublish(exchange, routingKey, (traceContext) => {
       let stamped: ReturnType<typeof stampMessage>;
@@ -285,11 +306,11 @@ export class Publisher extends EventEmitter {
       } catch (error) {
         return Promise.reject(error as Error);
       }
-      const { messageId, json, properties } = stamped;
+      const { json, properties } = stamped;
       // Fresh properties of our own: `mandatory` goes on them, no copy at the write.
       properties.mandatory = true;
-      const receipt: PublishReceipt = { messageId };
-      return this.send({ exchange, routingKey, content: Buffer.from(json), properties }).then(() => receipt);
+      // The receipt is what the publish resolves with: no second promise to map to it.
+      return this.enqueue(exchange, routingKey, Buffer.from(json), properties, true) as Promise<PublishReceipt>;
     });
   }
 
@@ -303,31 +324,34 @@ export class Publisher extends EventEmitter {
    * call, with no await in between. The deadline is kept by the publisher's one sweep.
    */
   send(message: OutgoingMessage): Promise<void> {
+    return this.enqueue(message.exchange, message.routingKey, message.content, message.properties, false) as Promise<unknown> as Promise<void>;
+  }
+
+  /** {@link send}, resolving with a receipt (`receipt`) or nothing at the confirm. */
+  private enqueue(exchange: string, routingKey: string, content: Buffer, properties: amqp.Options.Publish, receipt: boolean): Promise<PublishReceipt | undefined> {
     if (this.closed) return Promise.reject(new ClosedError('The publisher'));
     const deadline = Date.now() + this.confirmTimeoutMs;
-    return new Promise<void>((resolve, reject) => {
-      // Settles the publish once it held a slot: the slot goes to the next in line first.
-      const done = (error?: Error): void => {
-        this.releaseSlot();
-        if (error) reject(error);
-        else resolve();
-      };
-      if (this.inFlight < this.maxInFlight && this.slotHead === this.slotWaiters.length) {
-        this.inFlight += 1;
-        this.withSlot(message, deadline, done);
-      } else {
-        // Never held a slot: failing here frees none.
-        this.slotWaiters.push({ messageId: message.properties.messageId, deadline, go: () => this.withSlot(message, deadline, done), fail: reject });
-      }
-    });
+    let entry!: Outgoing;
+    const promise = new Promise<PublishReceipt | undefined>((resolve, reject) => (entry = new Outgoing(exchange, routingKey, content, properties, deadline, receipt, resolve, reject)));
+    if (this.inFlight < this.maxInFlight && this.slotHead === this.slotWaiters.length) {
+      this.inFlight += 1;
+      this.withSlot(entry);
+    } else {
+      // In line for a slot; `releaseSlot` passes one on, `expire` or `close` fails it.
+      this.slotWaiters.push(entry);
+    }
+    return promise;
   }
 
   /** A publish holding a slot: written now if it may be, else in line for the channel or the socket. */
-  private withSlot(message: OutgoingMessage, deadline: number, done: (error?: Error) => void): void {
-    if (this.closed) return done(new ClosedError('The publisher'));
+  private withSlot(entry: Outgoing): void {
+    if (this.closed) return this.settle(entry, new ClosedError('The publisher'));
     const ch = this.channel;
-    if (ch !== undefined) return this.sendOn(ch, message, deadline, done);
-    this.acquireChannel(deadline).then((current) => this.sendOn(current, message, deadline, done), done);
+    if (ch !== undefined) return this.sendOn(ch, entry);
+    this.acquireChannel(entry.deadline).then(
+      (current) => this.sendOn(current, entry),
+      (error: unknown) => this.settle(entry, error as Error),
+    );
   }
 
   /** True when a write may go out now: the broker has not blocked the connection, the socket drained, nobody is ahead. */
@@ -335,16 +359,13 @@ export class Publisher extends EventEmitter {
     return this.connection.blocked === undefined && this.fullChannel === undefined && this.writeWaiters.length === 0;
   }
 
-  private sendOn(ch: amqp.ConfirmChannel, message: OutgoingMessage, deadline: number, done: (error?: Error) => void): void {
-    if (this.writable()) return this.publishOn(ch, message, deadline, done);
+  private sendOn(ch: amqp.ConfirmChannel, entry: Outgoing): void {
+    // Given up while it waited for the channel.
+    if (entry.settled) return;
+    if (this.writable()) return this.publishOn(ch, entry);
     // Wait in line, unwritten: a publish given up here is never written later, so a
     // caller's retry after a timeout does not pile copies into the socket buffers.
-    this.writeWaiters.push({
-      messageId: message.properties.messageId,
-      deadline,
-      fail: done,
-      write: (current) => this.publishOn(current, message, deadline, done),
-    });
+    this.writeWaiters.push(entry);
   }
 
   /** Writes waiting publishes, in order, for as long as the connection takes them. */
@@ -352,77 +373,79 @@ export class Publisher extends EventEmitter {
     const ch = this.channel;
     if (!ch) return;
     while (this.writeWaiters.length > 0 && this.connection.blocked === undefined && this.fullChannel === undefined) {
-      (this.writeWaiters.shift() as WriteWaiter).write(ch);
+      this.publishOn(ch, this.writeWaiters.shift() as Outgoing);
     }
   }
 
-  private forget(entry: Pending): void {
-    const value = this.pendingByKey.get(entry.key);
-    if (value === entry) this.pendingByKey.delete(entry.key);
-    else if (Array.isArray(value)) {
-      const i = value.indexOf(entry);
-      if (i >= 0) value.splice(i, 1);
-      if (value.length === 1) this.pendingByKey.set(entry.key, value[0] as Pending);
+  /**
+   * Settles a publish that holds a slot, once: a confirm that comes after the deadline
+   * gave the publish up changes nothing. The slot goes to the next in line first.
+   */
+  private settle(entry: Outgoing, error?: Error): void {
+    if (entry.settled) return;
+    entry.settled = true;
+    if (entry.linked) this.unlink(entry);
+    this.releaseSlot();
+    if (error) entry.reject(error);
+    else entry.resolve(entry.receipt ? { messageId: entry.properties.messageId as string } : undefined);
+    if (entry.sentAt !== 0 && this.listenerCount('settled') > 0) {
+      try {
+        this.emit('settled', error, Date.now() - entry.sentAt);
+      } catch {
+        // A listener's failure is not the publish's: it is settled already.
+      }
     }
   }
 
-  private remember(entry: Pending): void {
-    const value = this.pendingByKey.get(entry.key);
-    if (value === undefined) this.pendingByKey.set(entry.key, entry);
-    else if (Array.isArray(value)) value.push(entry);
-    else this.pendingByKey.set(entry.key, [value, entry]);
+  private link(entry: Outgoing): void {
+    entry.linked = true;
+    entry.prev = this.tail;
+    entry.next = undefined;
+    if (this.tail === undefined) this.head = entry;
+    else this.tail.next = entry;
+    this.tail = entry;
   }
 
-  /** Writes the message now and calls `done` once, at the broker's answer or when given up. */
-  private publishOn(ch: amqp.ConfirmChannel, message: OutgoingMessage, deadline: number, done: (error?: Error) => void): void {
-    const messageId = message.properties.messageId;
-    let settled = false;
-    const entry: Pending = {
-      key: keyOf(messageId),
-      exchange: message.exchange,
-      routingKey: message.routingKey,
-      messageId,
-      deadline,
-      sentAt: Date.now(),
-      settle: (error?: Error) => {
-        // Once: a confirm that comes after the deadline gave the publish up changes nothing.
-        if (settled) return;
-        settled = true;
-        this.forget(entry);
-        done(error);
-        if (this.listenerCount('settled') > 0) {
-          try {
-            this.emit('settled', error, Date.now() - entry.sentAt);
-          } catch {
-            // A listener's failure is not the publish's: it is settled already.
-          }
-        }
-      },
-    };
-    this.remember(entry);
-    const properties = message.properties.mandatory === true ? message.properties : { ...message.properties, mandatory: true };
+  private unlink(entry: Outgoing): void {
+    entry.linked = false;
+    if (entry.prev === undefined) this.head = entry.next;
+    else entry.prev.next = entry.next;
+    if (entry.next === undefined) this.tail = entry.prev;
+    else entry.next.prev = entry.prev;
+    entry.prev = entry.next = undefined;
+  }
+
+  /** Writes the message now; it settles at the broker's answer or when given up. */
+  private publishOn(ch: amqp.ConfirmChannel, entry: Outgoing): void {
+    entry.sentAt = Date.now();
+    this.link(entry);
+    const properties = entry.properties.mandatory === true ? entry.properties : { ...entry.properties, mandatory: true };
     let writable: boolean;
     try {
-      writable = ch.publish(message.exchange, message.routingKey, message.content, properties, (err: unknown) => {
-        if (err) {
-          const closed = /closed/i.test(err instanceof Error ? err.message : String(err));
-          entry.late?.(closed ? 'lost' : 'nacked');
-          const why = this.closeReasons.get(ch);
-          entry.settle(closed ? new PublishNotConfirmedError(messageId, `the channel closed before the broker confirmed${why ? ` (${why})` : ''}`, { cause: err }) : new PublishNackedError(messageId, { cause: err }));
-        } else if (entry.returned !== undefined) {
-          entry.late?.('returned');
-          entry.settle(new UnroutableError(message.exchange, message.routingKey, messageId, entry.returned));
-        } else {
-          entry.late?.('confirmed');
-          entry.settle();
-        }
-      });
+      writable = ch.publish(entry.exchange, entry.routingKey, entry.content, properties, (err: unknown) => this.answer(ch, entry, err));
     } catch (error) {
-      entry.settle(new PublishNotConfirmedError(messageId, `the channel refused the publish (${error instanceof Error ? error.message : String(error)})`, { cause: error }));
+      this.settle(entry, new PublishNotConfirmedError(entry.messageId, `the channel refused the publish (${error instanceof Error ? error.message : String(error)})`, { cause: error }));
       return;
     }
     // The channel's write buffer is full: hold further writes until it drains.
     if (!writable) this.fullChannel = ch;
+  }
+
+  /** The broker's answer to a written publish (or the channel's, when it closed first). */
+  private answer(ch: amqp.ConfirmChannel, entry: Outgoing, err: unknown): void {
+    const messageId = entry.messageId;
+    if (err) {
+      const closed = /closed/i.test(err instanceof Error ? err.message : String(err));
+      entry.late?.(closed ? 'lost' : 'nacked');
+      const why = this.closeReasons.get(ch);
+      this.settle(entry, closed ? new PublishNotConfirmedError(messageId, `the channel closed before the broker confirmed${why ? ` (${why})` : ''}`, { cause: err }) : new PublishNackedError(messageId, { cause: err }));
+    } else if (entry.returned !== undefined) {
+      entry.late?.('returned');
+      this.settle(entry, new UnroutableError(entry.exchange, entry.routingKey, messageId, entry.returned));
+    } else {
+      entry.late?.('confirmed');
+      this.settle(entry);
+    }
   }
 
   /** Rejects publishes not yet written with ClosedError, waits for outstanding confirms, then closes the channel. */
@@ -437,8 +460,8 @@ export class Publisher extends EventEmitter {
     const slotWaiters = this.slotWaiters.slice(this.slotHead);
     this.slotWaiters = [];
     this.slotHead = 0;
-    for (const w of slotWaiters) w?.fail(new ClosedError('The publisher'));
-    for (const w of this.writeWaiters.splice(0)) w.fail(new ClosedError('The publisher'));
+    for (const w of slotWaiters) w?.reject(new ClosedError('The publisher'));
+    for (const w of this.writeWaiters.splice(0)) this.settle(w, new ClosedError('The publisher'));
     const ch = this.channel;
     this.channel = undefined;
     if (ch) {
@@ -451,13 +474,4 @@ export class Publisher extends EventEmitter {
       clearTimeout(timer);
     }
   }
-}
-
-/**
- * Returns carry no delivery tag, so a return is matched to its publish by message id
- * (this key), then exchange and routing key. Two pending publishes alike in all three
- * are interchangeable: whichever the return is charged to, the outcome is right.
- */
-function keyOf(messageId: string | undefined): string {
-  return messageId ?? '';
 }

@@ -43,10 +43,11 @@ export interface StampedMessage {
  * SDK is registered): `traceContext`'s, else the caller's active one. Bad input throws
  * {@link InvalidOptionError} naming it.
  */
-export function stampMessage(routingKey: string, payload: unknown, options: PublishOptions = {}, traceContext?: unknown): StampedMessage {
+export function stampMessage(routingKey: string, payload: unknown, options: PublishOptions = NO_OPTIONS, traceContext?: unknown): StampedMessage {
   // An empty key is a mistake on the default (topic) exchange, and normal on a fanout or headers one.
   const min = options.exchange !== undefined ? 0 : 1;
-  if (typeof routingKey !== 'string' || routingKey.length < min || Buffer.byteLength(routingKey, 'utf8') > 255) {
+  // A key of 85 characters or fewer is at most 255 bytes: count bytes only past that.
+  if (typeof routingKey !== 'string' || routingKey.length < min || (routingKey.length > 85 && Buffer.byteLength(routingKey, 'utf8') > 255)) {
     throw new InvalidOptionError('routingKey', `${JSON.stringify(routingKey)} is not a routing key of ${min} to 255 bytes in UTF-8`, min === 1 ? "An empty key is accepted only with an explicit `exchange` option (a fanout or headers exchange)." : undefined);
   }
   let json: string;
@@ -57,21 +58,36 @@ export function stampMessage(routingKey: string, payload: unknown, options: Publ
   } catch (error) {
     throw new InvalidOptionError('payload', `it cannot be encoded as JSON (${error instanceof Error ? error.message : String(error)})`);
   }
-  const messageId = options.messageId ?? uuidv7();
-  // AMQP short strings: 255 bytes, which an outbox row over the bound could never be sent in.
-  if (typeof messageId !== 'string' || messageId.length === 0 || Buffer.byteLength(messageId, 'utf8') > 255) {
-    throw new InvalidOptionError('messageId', `${JSON.stringify(messageId)} is not a message id of 1 to 255 bytes in UTF-8`);
+  let messageId: string;
+  if (options.messageId == null) messageId = uuidv7();
+  else {
+    messageId = options.messageId;
+    // AMQP short strings: 255 bytes, which an outbox row over the bound could never be sent in.
+    if (typeof messageId !== 'string' || messageId.length === 0 || (messageId.length > 85 && Buffer.byteLength(messageId, 'utf8') > 255)) {
+      throw new InvalidOptionError('messageId', `${JSON.stringify(messageId)} is not a message id of 1 to 255 bytes in UTF-8`);
+    }
   }
-  const occurredAt = options.occurredAt ?? new Date();
-  if (!(occurredAt instanceof Date) || Number.isNaN(occurredAt.getTime())) throw new InvalidOptionError('occurredAt', 'expected a valid Date');
+  let occurredAt: Date;
+  if (options.occurredAt == null) occurredAt = new Date();
+  else {
+    occurredAt = options.occurredAt;
+    if (!(occurredAt instanceof Date) || Number.isNaN(occurredAt.getTime())) throw new InvalidOptionError('occurredAt', 'expected a valid Date');
+  }
+  const iso = occurredAt.toISOString();
+  // The common case, no extra headers, as an object literal (`satisfies` checks the
+  // name against HEADER): a spread with a computed key costs a copy loop.
+  const headers: Record<string, unknown> = options.headers === undefined ? ({ 'warren-occurred-at': iso } satisfies Record<typeof HEADER.occurredAt, string>) : { ...options.headers, [HEADER.occurredAt]: iso };
   const properties: StampedMessage['properties'] = {
     messageId,
     contentType: 'application/json',
     persistent: true,
     timestamp: Math.floor(occurredAt.getTime() / 1000),
-    headers: stampTrace({ ...options.headers, [HEADER.occurredAt]: occurredAt.toISOString() }, traceContext),
+    headers: stampTrace(headers, traceContext),
   };
   if (options.correlationId !== undefined) properties.correlationId = options.correlationId;
   if (options.type !== undefined) properties.type = options.type;
   return { messageId, json, properties };
 }
+
+/** The options of a publish given none: shared, never written to. */
+export const NO_OPTIONS: PublishOptions = Object.freeze({});
