@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { Socket } from 'node:net';
 import * as amqp from 'amqplib';
 import { afterEach } from 'vitest';
 import { defineTopology, topologySpec, Warren, type Topology, type TopologyOptions, type WarrenOptions } from '../src/index.js';
@@ -134,4 +135,14 @@ export async function waitFor(check: () => boolean | Promise<boolean>, what: str
 
 export function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
+}
+
+/** True when something accepts TCP connections on 127.0.0.1:`port` within 2 s (a node a script may not have started). */
+export async function listening(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = new Socket();
+    s.setTimeout(2000, () => (s.destroy(), resolve(false)));
+    s.once('error', () => resolve(false));
+    s.connect(port, '127.0.0.1', () => (s.destroy(), resolve(true)));
+  });
 }

@@ -8,9 +8,8 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { PassThrough, Readable } from 'node:stream';
-import { Socket } from 'node:net';
 import { describe, expect, it, vi } from 'vitest';
-import { AMQP_URL, BROKER, MGMT_URL, onTeardown } from '../../test/helpers.js';
+import { AMQP_URL, BROKER, listening, MGMT_URL, onTeardown } from '../../test/helpers.js';
 import { declared } from '../park/testing/fixtures.js';
 import { topologySpec } from '../topology/plan.js';
 import { clusterUnavailable, CLUSTER_URLS, connectCluster, lockCluster, startNode, stopNode } from '../../test/cluster/support.js';
@@ -121,15 +120,6 @@ describe('--url with several nodes', () => {
 
 const DIR = process.env['WARREN_TLS_DIR'] ?? '/var/lib/warren/tls';
 const TLS_PORT = 5712;
-
-async function listening(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = new Socket();
-    s.setTimeout(2000, () => (s.destroy(), resolve(false)));
-    s.once('error', () => resolve(false));
-    s.connect(port, '127.0.0.1', () => (s.destroy(), resolve(true)));
-  });
-}
 
 const tlsSkip =
   BROKER === '4.0'

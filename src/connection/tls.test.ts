@@ -11,18 +11,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { BrokerConnection, BrokerHandshakeError, BrokerUnreachableError, defineTopology, Warren, type Logger, type WarrenOptions } from '../index.js';
-import { BROKER, onTeardown, uniqueName, waitFor } from '../../test/helpers.js';
+import { BROKER, listening, onTeardown, uniqueName, waitFor } from '../../test/helpers.js';
 
 const DIR = process.env['WARREN_TLS_DIR'] ?? '/var/lib/warren/tls';
-
-async function listening(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = new Socket();
-    s.setTimeout(2000, () => (s.destroy(), resolve(false)));
-    s.once('error', () => resolve(false));
-    s.connect(port, '127.0.0.1', () => (s.destroy(), resolve(true)));
-  });
-}
 
 const skipReason =
   BROKER === '4.0'
