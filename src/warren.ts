@@ -144,8 +144,15 @@ export class Warren extends EventEmitter {
     if (this.closed) throw new ClosedError('This Warren');
     const consumer = new Consumer<T, Tx>(this.connection, this.mover, this.topology, this.topology.consumer(name), handler, { logger: this.logger, ...options });
     this.emit('consumer', consumer);
-    await consumer.start();
+    // Listed before it starts, so a close() during its start closes it too.
     this.consumers.push(consumer as unknown as Consumer<never, never>);
+    try {
+      await consumer.start();
+    } catch (error) {
+      const i = this.consumers.indexOf(consumer as unknown as Consumer<never, never>);
+      if (i >= 0) this.consumers.splice(i, 1);
+      throw error;
+    }
     return consumer;
   }
 

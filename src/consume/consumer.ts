@@ -315,13 +315,13 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       this.unprovenAcks.delete(ch);
       clearTimeout(unproven.timer);
       for (const key of unproven.keys) this.remember(key);
-      held += unproven.keys.length;
     }
     // Deliveries the broker had sent that never arrived (in the socket buffers, on the
     // wire) come back redelivered too, and this process never saw them. Which they were
     // is unknown; how many there could be is not: the prefetch, less what the channel
-    // held and had acked in doubt. That many redeliveries nobody noted are let through
-    // as blips for a short while.
+    // held. (Acks in doubt do not lower it: an ack the broker did read freed its slot
+    // for a delivery that may be in transit now.) That many redeliveries nobody noted
+    // are let through as blips for a short while.
     if (!this.transitNoted.has(ch)) {
       this.transitNoted.add(ch);
       const unseen = Math.max(0, this.prefetch - held);
@@ -438,6 +438,8 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       }
       await this.attach(model);
     } catch (error) {
+      // The connection was closed for good: nothing to attach to, ever.
+      if (error instanceof ClosedError) return;
       this.logger.warn('consumer could not re-attach; trying again', { consumer: this.name, why, error: errorText(error) });
       this.scheduleReattach(why);
     }

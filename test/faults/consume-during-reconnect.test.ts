@@ -67,3 +67,25 @@ describe('consume() when the connection drops while it attaches', () => {
     await expect(warren.consume(c.name, async () => undefined)).rejects.toThrow(/404|NOT_FOUND/);
   });
 });
+
+describe('close() while consume() attaches', () => {
+  // Failed before the fix: consume() resolved, the consumer was not in the Warren's list,
+  // so close() did not close it, and it tried to re-attach to the closed connection for
+  // ever ("consumer could not re-attach; trying again"), keeping the process alive.
+  it('closes that consumer too: no re-attach after close', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('closestart')]: { bindings: ['k'] } } }));
+    const c = [...topology.consumers.values()][0]!;
+    const warnings: string[] = [];
+    const logger = { debug: () => undefined, info: () => undefined, warn: (m: string) => void warnings.push(m), error: (m: string) => void warnings.push(m) };
+    const warren = await connectWarren(topology, { logger });
+    const started = warren.consume(c.name, async () => undefined).then(
+      (consumer) => consumer,
+      () => undefined,
+    );
+    await warren.close();
+    const consumer = await started;
+    if (consumer !== undefined) expect(consumer.attached).toBe(false);
+    await sleep(1500);
+    expect(warnings.filter((w) => /re-attach/.test(w))).toEqual([]);
+  });
+});
