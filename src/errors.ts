@@ -193,10 +193,11 @@ export class PublishNotSentError extends WarrenError {
   readonly messageId: string | undefined;
   /** The broker's reason when it had blocked the connection (e.g. "low on memory"). */
   readonly blockedReason: string | undefined;
-  constructor(messageId: string | undefined, reason: string, blockedReason?: string) {
+  constructor(messageId: string | undefined, reason: string, blockedReason?: string, options?: { cause?: unknown }) {
     super(
       'PUBLISH_NOT_SENT',
       `Message ${messageId ?? '(no id)'} was not sent: ${reason}. It was never written to the broker and will not be; publish it again (same id) once the broker accepts publishes.`,
+      options,
     );
     this.messageId = messageId;
     this.blockedReason = blockedReason;

@@ -497,7 +497,8 @@ export class Publisher extends EventEmitter {
         else queueMicrotask(() => this.pump());
         return;
       }
-      this.settle(entry, new PublishNotSentError(entry.messageId, `the channel refused the publish (${error instanceof Error ? error.message : String(error)})`));
+      // The cause is kept: a mover tells an encoding error (a RangeError or TypeError) by it.
+      this.settle(entry, new PublishNotSentError(entry.messageId, `the channel refused the publish (${error instanceof Error ? error.message : String(error)})`, undefined, { cause: error }));
       return;
     }
     // The channel's write buffer is full: hold further writes until it drains.

@@ -154,6 +154,21 @@ describe('publish outcomes', () => {
     expect(settled.map((e) => e?.constructor.name)).toEqual(['PublishNotSentError', 'PublishNotSentError']);
   });
 
+  it('refuses a message amqplib cannot encode as not sent, keeping the encoder\'s error as its cause, and goes on publishing', async () => {
+    const publisher = await publisherOn(AMQP_URL, 'amq.direct');
+    // A mover tells an encoding error by its cause (a RangeError or TypeError) and parks with minimal headers.
+    for (const [headers, cause] of [[{ big: 'x'.repeat(200_000) }, RangeError], [{ odd: Symbol('s') }, TypeError]] as const) {
+      const error = await publisher.send({ exchange: 'amq.direct', routingKey: 'k', content: Buffer.from('{}'), properties: { messageId: 'enc', headers } }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(PublishNotSentError);
+      expect((error as Error).cause).toBeInstanceOf(cause);
+    }
+    expect(publisher.pending).toBe(0);
+    await expect(publisher.send({ exchange: 'amq.direct', routingKey: 'k', content: Buffer.from('{}'), properties: { messageId: 'after' } })).rejects.toBeInstanceOf(UnroutableError);
+  });
+
   it('close() leaves no publish pending, even when the broker stopped answering', async () => {
     const proxy = await BlockingProxy.start(Number(new URL(AMQP_URL).port || 5672));
     onTeardown(() => proxy.close());
