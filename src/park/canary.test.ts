@@ -53,6 +53,16 @@ async function parkedGroup(queueType: 'classic' | 'quorum', consumeOptions: obje
   await waitFor(() => emailSeen.length === 10, 'email took all ten');
   const groups = groupParked((await listParked(conn, billing)).messages);
   expect(groups).toHaveLength(1);
+  // A listing's copies go back to a quorum queue asynchronously after its channel
+  // closes; the canaries are the first matching messages only once all ten are back.
+  await waitFor(async () => {
+    const ch = await conn.createChannel();
+    try {
+      return (await ch.checkQueue(billing.parkedQueue)).messageCount === 10;
+    } finally {
+      await ch.close();
+    }
+  }, 'all ten back in the parked queue');
   return { topology, conn, billing, state, ids, billingSeen, billingDone, emailSeen, fingerprint: (groups[0] as { fingerprint: string }).fingerprint };
 }
 
