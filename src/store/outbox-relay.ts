@@ -166,8 +166,9 @@ export interface RelayStats {
  * the middle of a pipelined batch does.
  *
  * With an OpenTelemetry SDK registered, each row goes out in a PRODUCER span of its own
- * (`relay <exchange>`, or `release <queue>` for a row the retry-table scheduler sent
- * back), a child of the trace context stored in the row and ended with the row's outcome;
+ * (`relay <exchange>`; `release <queue>` for a row the retry-table scheduler sent back;
+ * `park <parked queue>` for a retry-table row an operator parked), a child of the trace
+ * context stored in the row and ended with the row's outcome;
  * the message carries that span's context (see docs/tracing.md).
  *
  * Events: `pass` ({@link RelayPass}) after each pass that claimed rows, `flagged`
@@ -332,7 +333,7 @@ export class OutboxRelay extends EventEmitter {
         } catch (error) {
           throw new Undecodable(error);
         }
-        const trace = (traces[i] = traceRelay(row.origin === 'retry-table' ? 'retry-table' : 'outbox', row, { exchange: message.exchange, routingKey: message.routingKey, headers: (message.properties.headers ?? {}) as Record<string, unknown> }));
+        const trace = (traces[i] = traceRelay(row.origin ?? 'outbox', row, { exchange: message.exchange, routingKey: message.routingKey, headers: (message.properties.headers ?? {}) as Record<string, unknown> }));
         await this.publisher.send({ ...message, properties: { ...message.properties, headers: trace.headers } });
       }),
     );
