@@ -252,6 +252,12 @@ describe('console in a browser', () => {
     await page.goto(url);
     await page.locator('#consumers').waitFor();
     expect(await page.locator('#broker').textContent()).toBe(footer);
+
+    // No node answers: the console still serves, and says it is not connected, to which nodes.
+    const down = await cliConsole(topology, ['--listen', '127.0.0.1:0', '--url', `amqp://ops:S3cret-pw@127.0.0.1:${dead}/shop,127.0.0.1:${dead + 1}`, '--management-url', `http://127.0.0.1:${dead}`]);
+    const unreachable = await (await fetch(down)).text();
+    expect(/<span id="broker">([^<]*)<\/span>/.exec(unreachable)?.[1]).toBe(`broker not connected (--url 127.0.0.1:${dead}, 127.0.0.1:${dead + 1})`);
+    expect(unreachable).not.toContain('S3cret-pw');
   });
 });
 

@@ -182,7 +182,7 @@ export const consoleCommand: Command = {
         topology,
         url: ctx.broker.url,
         connection,
-        brokerName: () => (node ? nodeName(node) : `not connected yet (--url ${addressesOf(ctx.broker.url).join(', ')})`),
+        brokerName: () => (node ? nodeName(node) : `not connected (--url ${addressesOf(ctx.broker.url).join(', ')})`),
         management: ctx.management(),
         authorize,
         ...(store ? { store, databaseName: db?.shown ?? '' } : {}),
