@@ -25,8 +25,8 @@ export const GLOBAL_FLAGS = {
   'tls-passphrase-env': { type: 'string', label: '--tls-passphrase-env NAME', help: 'the environment variable that holds the passphrase of --tls-key; default WARREN_TLS_PASSPHRASE' },
   'tls-servername': { type: 'string', label: '--tls-servername NAME', help: 'the name the broker\'s certificate must carry, when the URL\'s host is not in it; env WARREN_TLS_SERVERNAME' },
   'tls-insecure': { type: 'boolean', label: '--tls-insecure', help: 'do not verify the broker\'s certificate (anyone on the path can read the password and the messages)' },
-  'management-url': { type: 'string', label: '--management-url URL', help: 'management API URL; env WARREN_MANAGEMENT_URL; default http://guest:guest@127.0.0.1:15672' },
-  'connect-timeout': { type: 'string', label: '--connect-timeout DURATION', help: 'how long to wait for the broker (each node of --url) or the database (e.g. 5s, 500ms); default 5s' },
+  'management-url': { type: 'string', label: '--management-url URL[,URL...]', help: 'management API URL, or a cluster\'s nodes separated by commas, tried in order (host:port takes the first URL\'s user and password); env WARREN_MANAGEMENT_URL; default http://guest:guest@127.0.0.1:15672' },
+  'connect-timeout': { type: 'string', label: '--connect-timeout DURATION', help: 'how long to wait for the broker (each node of --url, and of --management-url up to 5s) or the database (e.g. 5s, 500ms); default 5s' },
   json: { type: 'boolean', label: '--json', help: 'print JSON on stdout, for scripts' },
   help: { type: 'boolean', short: 'h', label: '--help, -h', help: 'show help' },
 } as const satisfies FlagSpecs;

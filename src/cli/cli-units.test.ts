@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { duration, parseStrict, positionalsOf, positiveNumber, wholeNumber, FILTER_FLAGS, GLOBAL_FLAGS } from './args.js';
 import { describeConnectError, scrub, secretsOf } from './context.js';
 import { UsageError } from './errors.js';
+import { addressesOf, nodeName } from './commands/console.js';
 import { clip, progressBar, progressLine, Progress, span, table, when } from './format.js';
 
 describe('table', () => {
@@ -88,5 +89,22 @@ describe('secrets', () => {
       expect(l).not.toContain('s3cret');
       expect(l).not.toContain('\n');
     }
+  });
+});
+
+describe('the console names its broker', () => {
+  it('by the host and port of the node connected, with its server and place in --url, never a password', () => {
+    expect(nodeName({ url: 'amqp://ops:***@rabbit-2:5672/shop', address: 'rabbit-2:5672', server: 'RabbitMQ 3.10.8', tls: false, position: 2, of: 3 })).toBe('rabbit-2:5672 (RabbitMQ 3.10.8, node 2 of 3 in --url)');
+    expect(nodeName({ url: 'amqps://ops@rabbit-1:5671/', address: 'rabbit-1:5671', server: undefined, tls: true, position: 1, of: 1 })).toBe('rabbit-1:5671 (TLS)');
+  });
+
+  it('before it connects, by the host and port of each node in --url, without credentials', () => {
+    expect(addressesOf('amqp://ops:s3cret@rabbit-1:5673/shop, rabbit-2:5674,amqps://ops@rabbit-3, ops:s3cret@rabbit-4, amqp://ops:s3cret@[bad/x')).toEqual([
+      'rabbit-1:5673',
+      'rabbit-2:5674',
+      'rabbit-3:5671',
+      'rabbit-4',
+      '[bad',
+    ]);
   });
 });

@@ -6,10 +6,12 @@
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
+import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { PassThrough, Readable } from 'node:stream';
 import { describe, expect, it, vi } from 'vitest';
-import { AMQP_URL, BROKER, listening, MGMT_URL, onTeardown } from '../../test/helpers.js';
+import { AMQP_URL, BROKER, listening, MGMT_URL, onTeardown, waitFor } from '../../test/helpers.js';
+import { ManagementClient } from '../management/client.js';
 import { declared } from '../park/testing/fixtures.js';
 import { topologySpec } from '../topology/plan.js';
 import { clusterUnavailable, CLUSTER_URLS, connectCluster, lockCluster, startNode, stopNode } from '../../test/cluster/support.js';
@@ -115,6 +117,107 @@ describe('--url with several nodes', () => {
     const unset = await cli(['status', '--url', bare, '--username', 'guest', '--password-env', 'NOT_SET_ANYWHERE'], mod.env);
     expect(unset.code).toBe(2);
     expect(unset.stderr).toContain('--password-env NOT_SET_ANYWHERE: the environment variable NOT_SET_ANYWHERE is not set.');
+  });
+});
+
+/** A port on this machine where nothing listens: connecting is refused. */
+async function deadPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+/** A port that accepts connections and never answers, closed after the test. */
+async function silentPort(): Promise<number> {
+  const sockets = new Set<Socket>();
+  const server = createServer((socket) => {
+    sockets.add(socket);
+    socket.on('error', () => undefined);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  onTeardown(async () => {
+    for (const socket of sockets) socket.destroy();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+  return (server.address() as AddressInfo).port;
+}
+
+describe('--management-url with several nodes', () => {
+  const mgmt = new URL(MGMT_URL);
+
+  /** The test topology, declared, once the management API lists its queues (it lags on 4.0). */
+  async function declaredModule() {
+    const mod = await topologyModule(build);
+    const conn = await declared(mod.topology);
+    await conn.close();
+    const api = new ManagementClient({ url: MGMT_URL });
+    const queues = [...mod.topology.consumers.values()].flatMap((c) => [c.queue, ...c.retryQueues, c.parkedQueue]);
+    await waitFor(async () => (await Promise.all(queues.map((q) => api.queue(q)))).every((q) => q !== undefined), 'the management API to list the queues');
+    // The broker under test over AMQP too, whichever it is.
+    return { ...mod, env: { ...mod.env, WARREN_AMQP_URL: AMQP_URL } };
+  }
+
+  it('skips a node that refuses the connection, reads the next, and says which', async () => {
+    const mod = await declaredModule();
+    const dead = await deadPort();
+    const list = `http://${mgmt.username}:${mgmt.password}@127.0.0.1:${dead},${MGMT_URL}`;
+    const r = await cli(['status', '--json', '--management-url', list], mod.env);
+    expect(r.code, r.stderr + r.stdout).toBe(0);
+    const report = JSON.parse(r.stdout) as { source: string; managementUnavailable?: string };
+    expect(report.source).toBe('management');
+    expect(r.stderr).toContain(`note: the management API at http://127.0.0.1:${dead} did not answer (connection refused); trying the next node in --management-url`);
+    // Once, however many requests the command makes.
+    expect(r.stderr.split('note: the management API').length).toBe(2);
+
+    // In the environment too, and a later node may be host:port, taking the first URL's user and password.
+    const bare = await cli(['status', '--json'], { ...mod.env, WARREN_MANAGEMENT_URL: `${MGMT_URL.replace(mgmt.host, `127.0.0.1:${dead}`)},${mgmt.host}` });
+    expect(bare.code, bare.stderr).toBe(0);
+    expect((JSON.parse(bare.stdout) as { source: string }).source).toBe('management');
+  });
+
+  it('skips a node that accepts the connection and never answers, after --connect-timeout', async () => {
+    const mod = await declaredModule();
+    const silent = await silentPort();
+    const r = await cli(['status', '--json', '--connect-timeout', '300ms', '--management-url', `http://guest:guest@127.0.0.1:${silent},${MGMT_URL}`], mod.env);
+    expect(r.code, r.stderr).toBe(0);
+    expect((JSON.parse(r.stdout) as { source: string }).source).toBe('management');
+    expect(r.stderr).toContain(`note: the management API at http://127.0.0.1:${silent} did not answer (no answer within 300 ms); trying the next node in --management-url`);
+  });
+
+  it('names every node tried and why when none answers, and prints no password', async () => {
+    const mod = await declaredModule();
+    const [first, second] = [await deadPort(), await silentPort()];
+    const secret = 'Mgmt-s3cret-pw';
+    const list = `http://ops:${secret}@127.0.0.1:${first}, 127.0.0.1:${second}`;
+    const expected = `The management API answered at none of the 2 nodes in --management-url (or WARREN_MANAGEMENT_URL): http://127.0.0.1:${first} (connection refused); http://127.0.0.1:${second} (no answer within 300 ms). Check that the brokers run with the management plugin (\`rabbitmq-plugins enable rabbitmq_management\`) and the hosts and ports in the list.`;
+    const j = await cli(['status', '--json', '--connect-timeout', '300ms', '--management-url', list], mod.env);
+    expect(j.code, j.stderr).toBe(0);
+    const report = JSON.parse(j.stdout) as { source: string; managementUnavailable?: string };
+    expect(report).toMatchObject({ source: 'amqp', managementUnavailable: expected });
+    const text = await cli(['status', '--connect-timeout', '300ms'], { ...mod.env, WARREN_MANAGEMENT_URL: list });
+    expect(text.code, text.stderr).toBe(0);
+    expect(text.stdout).toContain(`Management API not used: t${expected.slice(1)}`);
+    const plan = await cli(['topology', 'plan', '--connect-timeout', '300ms', '--management-url', list], mod.env);
+    expect(plan.stdout + plan.stderr).toMatch(/Bindings could not be checked/);
+    for (const r of [j, text, plan]) expect(r.stdout + r.stderr).not.toContain(secret);
+  });
+
+  it('refuses a list entry that is not a URL, naming the flag (exit 2)', async () => {
+    const mod = await topologyModule(build);
+    // Refused before any connection: the broker's URL does not matter.
+    const r = await cli(['status', '--management-url', `${MGMT_URL},ftp://127.0.0.1:21`], mod.env);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain('warren: --management-url (or WARREN_MANAGEMENT_URL): ftp://127.0.0.1:21 is not an http:// or https:// URL of the management API');
+    const first = await cli(['status', '--management-url', '127.0.0.1:15672,127.0.0.1:15673'], mod.env);
+    expect(first.code).toBe(2);
+    expect(first.stderr).toContain('warren: --management-url (or WARREN_MANAGEMENT_URL): 127.0.0.1:15672 is not a URL of the management API');
+    const secret = 'Mgmt-s3cret-pw';
+    const bad = await cli(['status', '--management-url', `http://ops:${secret}@[bad`], mod.env);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('http://ops:***@[bad is not a URL');
+    expect(bad.stderr).not.toContain(secret);
   });
 });
 

@@ -11,6 +11,7 @@ import type { Store } from '../store/index.js';
 import { defineTopology, type Topology, type TopologyOptions } from '../topology/declaration.js';
 import type { ParsedValues } from './args.js';
 import { CliError, EXIT, UsageError } from './errors.js';
+import { ClusterManagementClient, managementUrls } from './management.js';
 
 /** Where the CLI writes, and what it reads from the environment; tests and embedders pass their own. */
 export interface Io {
@@ -125,6 +126,7 @@ export interface CliTlsSettings {
 export interface BrokerSettings {
   /** The AMQP URL, or several separated by commas (a cluster's nodes, tried in order). */
   readonly url: string;
+  /** The management API's URL, or several separated by commas (a cluster's nodes, tried in order). */
   readonly managementUrl: string;
   readonly connectTimeoutMs: number;
   /** User name given apart from the URL (`--username` or WARREN_AMQP_USERNAME). */
@@ -378,8 +380,12 @@ export async function connect(s: BrokerSettings, cwd = process.cwd(), note: (lin
   );
 }
 
-/** The management API client for these settings, on the AMQP URL's virtual host. */
-export function management(s: BrokerSettings): ManagementClient {
+/**
+ * The management API client for these settings, on the AMQP URL's virtual host. Several
+ * URLs (a cluster's nodes, separated by commas) give a client that goes on to the next
+ * node when one does not answer; `note` hears about those nodes.
+ */
+export function management(s: BrokerSettings, note: (line: string) => void = () => undefined): ManagementClient {
   let vhost = '/';
   try {
     const path = new URL(s.url.split(',')[0]!.trim()).pathname;
@@ -387,11 +393,10 @@ export function management(s: BrokerSettings): ManagementClient {
   } catch {
     // connect() reports a bad URL
   }
-  try {
-    return new ManagementClient({ url: s.managementUrl, vhost, timeoutMs: Math.min(s.connectTimeoutMs, 5000) });
-  } catch {
-    throw new UsageError(`--management-url: ${redactUrl(s.managementUrl)} is not a URL (http://user:password@host:15672).`);
-  }
+  const timeoutMs = Math.min(s.connectTimeoutMs, 5000);
+  const urls = managementUrls(s.managementUrl);
+  if (urls.length > 1) return new ClusterManagementClient(urls, vhost, timeoutMs, note);
+  return new ManagementClient({ url: urls[0] as string, vhost, timeoutMs });
 }
 
 /** Where the retry table lives, from `--db` (or WARREN_DB), `--table-prefix` and `--schema`. */

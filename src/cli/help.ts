@@ -21,7 +21,7 @@ const ENVIRONMENT = [
   '  WARREN_TLS_CA, WARREN_TLS_CERT, WARREN_TLS_KEY, WARREN_TLS_SERVERNAME',
   '                          as --tls-ca, --tls-cert, --tls-key, --tls-servername',
   '  WARREN_TLS_PASSPHRASE   passphrase of the TLS key (the default of --tls-passphrase-env)',
-  '  WARREN_MANAGEMENT_URL   management API URL, as --management-url',
+  '  WARREN_MANAGEMENT_URL   management API URL, or a cluster\'s nodes separated by commas, as --management-url',
   '  WARREN_DB               the database of the retry table and the outbox, as --db',
   '  WARREN_ACTOR            who makes retry-table changes, as --actor',
   '  Passwords (in these URLs, and the ones read from the environment) are never printed.',

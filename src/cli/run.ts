@@ -160,7 +160,7 @@ export async function run(argv: readonly string[], io: Io): Promise<ExitCode> {
       broker,
       topology: () => (topology ??= loadTopology(str(parsed.values, 'topology'), io)),
       connection: async () => (model ??= await connect(broker, io.cwd, err)),
-      management: () => (api ??= management(broker)),
+      management: () => (api ??= management(broker, err)),
       out,
       err,
       printJson: (value) => out(JSON.stringify(value, null, 2)),

@@ -67,7 +67,17 @@ export function consoleApp(options: ResolvedOptions, data: ConsoleData, jobs: Jo
     }
     if (user.role !== 'viewer' && user.role !== 'operator') return c.text('authorize returned a role that is neither viewer nor operator.', 500);
     c.set('user', user);
-    c.set('page', { base: options.basePath, user, csrf: csrfToken(options.csrfSecret, user.user), broker: options.brokerName, database: options.databaseName });
+    const brokerName = options.brokerName;
+    c.set('page', {
+      base: options.basePath,
+      user,
+      csrf: csrfToken(options.csrfSecret, user.user),
+      // Asked when the page is laid out, after its reading opened the connection: the node it is on then.
+      get broker() {
+        return brokerName();
+      },
+      database: options.databaseName,
+    });
     if (c.req.method !== 'GET' && c.req.method !== 'HEAD') {
       if (c.req.method !== 'POST') return c.text('Only GET and POST are used.', 405);
       if (user.role !== 'operator') return c.text(`${user.user} is a viewer: changes need the operator role.`, 403);

@@ -189,6 +189,28 @@ describe('console: secrets', () => {
     }
   });
 
+  it('names the broker as `brokerName` says at each page, password masked; a connection given alone stays "the application\'s connection"', async () => {
+    const topology = billingTopology();
+    await declared(topology);
+    const footer = (html: string) => /<span id="broker">([^<]*)<\/span>/.exec(html)?.[1];
+    let node = 'amqp://ops:node-hunter2@rabbit-1:5672/shop';
+    const named = testConsole(topology, { brokerName: () => node });
+    expect(footer((await get(named, '/')).text)).toBe('broker amqp://ops:***@rabbit-1:5672/shop');
+    node = 'rabbit-2:5672 (RabbitMQ 3.10.8, node 2 of 2 in --url)';
+    expect(footer((await get(named, '/')).text)).toBe('broker rabbit-2:5672 (RabbitMQ 3.10.8, node 2 of 2 in --url)');
+    const failing = testConsole(topology, {
+      url: 'amqp://ops:amqp-hunter2@127.0.0.1:5672/',
+      brokerName: () => {
+        throw new Error('no node');
+      },
+    });
+    expect(footer((await get(failing, '/')).text)).toBe('broker amqp://ops:***@127.0.0.1:5672/');
+    const conn = await rawConnection();
+    const given = testConsole(topology, { connection: () => Promise.resolve(conn) });
+    expect(footer((await get(given, '/')).text)).toBe('broker the application&#39;s connection');
+    expect(() => testConsole(topology, { brokerName: 42 as unknown as string })).toThrow(/brokerName/);
+  });
+
   it('masks passwords in any URL of an error text', () => {
     expect(redactText('connect to postgres://app:s3cret@db:5432/x failed; also amqp://u:p%40ss@h/v and ?password=abc')).toBe('connect to postgres://app:***@db:5432/x failed; also amqp://u:***@h/v and ?password=***');
   });

@@ -7,7 +7,7 @@ import type { Topology } from '../topology/declaration.js';
 import type { Warren } from '../warren.js';
 import type { Authorize } from './auth.js';
 import { memoryActionLog, type ActionLog } from './record.js';
-import { redactUrl } from './redact.js';
+import { redactText, redactUrl } from './redact.js';
 
 /** Options of {@link warrenConsole}. */
 export interface ConsoleOptions {
@@ -31,6 +31,13 @@ export interface ConsoleOptions {
    * @default a client on process.env.WARREN_MANAGEMENT_URL ?? 'http://guest:guest@127.0.0.1:15672', on the AMQP URL's vhost
    */
   management?: ManagementClient | false;
+  /**
+   * How the broker is named on the page: a text, or a function asked at each page (for
+   * a connection that may move between a cluster's nodes, the node it is on now). A URL's
+   * password is masked.
+   * @default the URL's, password masked; with `connection` or `warren`, "the application's connection"
+   */
+  brokerName?: string | (() => string);
   /** The application's store: adds the retry table and the outbox. @default none */
   store?: Store<unknown>;
   /** How the database is named on the page (a URL is shown with its password masked). @default the store's backend */
@@ -71,7 +78,8 @@ export interface ResolvedOptions {
   readonly closeConnection: () => Promise<void>;
   readonly management: ManagementClient | undefined;
   readonly store: Store<unknown> | undefined;
-  readonly brokerName: string;
+  /** How the broker is named on the page now, password masked. */
+  readonly brokerName: () => string;
   readonly databaseName: string | null;
   readonly basePath: string;
   readonly challenge: string | undefined;
@@ -130,6 +138,25 @@ function vhostOf(url: string): string {
   }
 }
 
+function brokerNameOf(options: ConsoleOptions, url: string): () => string {
+  const given = options.brokerName;
+  if (given !== undefined && typeof given !== 'string' && typeof given !== 'function') throw new InvalidOptionError('brokerName', 'expected a string or a function returning one');
+  const fallback = options.connection || options.warren ? "the application's connection" : redactUrl(url);
+  if (typeof given === 'function') {
+    // A page is never lost to its footer: a function that fails names the broker as by default.
+    return () => {
+      try {
+        const name = given();
+        return typeof name === 'string' && name !== '' ? redactText(name) : fallback;
+      } catch {
+        return fallback;
+      }
+    };
+  }
+  const fixed = given !== undefined ? redactText(given) : fallback;
+  return () => fixed;
+}
+
 /** Applies defaults and checks the options once. */
 export function resolveOptions(options: ConsoleOptions): ResolvedOptions {
   if (typeof options !== 'object' || options === null) throw new InvalidOptionError('options', 'expected an object');
@@ -163,7 +190,7 @@ export function resolveOptions(options: ConsoleOptions): ResolvedOptions {
     closeConnection,
     management,
     store: options.store,
-    brokerName: options.connection || options.warren ? 'the application\'s connection' : redactUrl(url),
+    brokerName: brokerNameOf(options, url),
     databaseName: options.databaseName !== undefined ? redactUrl(options.databaseName) : options.store ? options.store.backend : null,
     basePath,
     challenge: options.challenge,

@@ -2,6 +2,7 @@ import type * as amqp from 'amqplib';
 import { InvalidOptionError } from '../errors.js';
 import type { OutgoingMessage } from '../publish/publisher.js';
 import { stampMessage, type PublishOptions } from '../publish/stamp.js';
+import type { RelaySource } from '../trace/index.js';
 
 /** The AMQP properties kept in an outbox row (the message id has its own column). */
 interface StoredProperties {
@@ -34,16 +35,21 @@ export interface OutboxRow extends OutboxRecord {
   readonly id: string;
   readonly attempts: number;
   /**
-   * Who added the row: the application (`outbox.add`), or the retry-table scheduler
-   * sending a waiting message back. The relay's trace span tells them apart.
+   * Who added the row: the application (`outbox.add`), the retry-table scheduler
+   * sending a waiting message back, or `retryTable.park()` sending a waiting message to
+   * its parked queue. The relay's trace span tells them apart.
    * @default 'outbox'
    */
-  readonly origin?: 'outbox' | 'retry-table';
+  readonly origin?: RelaySource;
 }
 
-/** The `origin` column as the relay reports it: `'retry'` marks a row sent back from the retry table. */
-export function rowOrigin(column: unknown): 'outbox' | 'retry-table' {
-  return column === 'retry' ? 'retry-table' : 'outbox';
+/**
+ * The `origin` column as the relay reports it: `'retry'` marks a row sent back from the
+ * retry table, `'park'` a retry-table row parked by an operator; no value, an
+ * application's row.
+ */
+export function rowOrigin(column: unknown): RelaySource {
+  return column === 'retry' ? 'retry-table' : column === 'park' ? 'retry-table-park' : 'outbox';
 }
 
 /**

@@ -89,7 +89,7 @@ export interface OutboxRelayOptions {
 /** The outcome of publishing one row. */
 export type RowOutcome =
   | { readonly id: string; readonly status: 'sent' }
-  /** Will never go out as it is (unroutable, no such exchange, undecodable): flagged with the reason. */
+  /** Will never go out as it is (unroutable, no such exchange, undecodable, not encodable by amqplib): flagged with the reason. */
   | { readonly id: string; readonly status: 'flagged'; readonly error: string }
   /**
    * Failed this time (broker down, nack, no confirm), or held back behind such a row in
@@ -135,7 +135,7 @@ export interface RelayPass {
   readonly claimed: number;
   /** Rows confirmed by the broker and marked sent. */
   readonly published: number;
-  /** Rows flagged (unroutable, no such exchange); they wait for a person. */
+  /** Rows flagged (unroutable, no such exchange, not encodable); they wait for a person. */
   readonly flagged: number;
   /** Rows whose publish failed this time, or held back behind one (strict order); they stay pending. */
   readonly failed: number;
@@ -159,15 +159,16 @@ export interface RelayStats {
  * otherwise, and backs off while the broker or the database is down. A relay killed
  * between publish and mark publishes those rows again later: a duplicate, never a loss
  * (consumers' idempotency guards absorb it). A row that cannot go out as it is (no
- * queue bound for its key, an `exchange` that does not exist, undecodable) is flagged
- * with the broker's reason (see `store.outbox.failed()`), logged, and skipped until
+ * queue bound for its key, an `exchange` that does not exist, undecodable, or refused by
+ * amqplib's encoder) is flagged with the broker's or the encoder's reason (see `store.outbox.failed()`), logged, and skipped until
  * `store.outbox.release()`. On order (`strictOrder`): a row is marked sent only after
  * every row before it; see {@link OutboxRelayOptions.strictOrder} for what a nack in
  * the middle of a pipelined batch does.
  *
  * With an OpenTelemetry SDK registered, each row goes out in a PRODUCER span of its own
- * (`relay <exchange>`, or `release <queue>` for a row the retry-table scheduler sent
- * back), a child of the trace context stored in the row and ended with the row's outcome;
+ * (`relay <exchange>`; `release <queue>` for a row the retry-table scheduler sent back;
+ * `park <parked queue>` for a retry-table row an operator parked), a child of the trace
+ * context stored in the row and ended with the row's outcome;
  * the message carries that span's context (see docs/tracing.md).
  *
  * Events: `pass` ({@link RelayPass}) after each pass that claimed rows, `flagged`
@@ -332,7 +333,7 @@ export class OutboxRelay extends EventEmitter {
         } catch (error) {
           throw new Undecodable(error);
         }
-        const trace = (traces[i] = traceRelay(row.origin === 'retry-table' ? 'retry-table' : 'outbox', row, { exchange: message.exchange, routingKey: message.routingKey, headers: (message.properties.headers ?? {}) as Record<string, unknown> }));
+        const trace = (traces[i] = traceRelay(row.origin ?? 'outbox', row, { exchange: message.exchange, routingKey: message.routingKey, headers: (message.properties.headers ?? {}) as Record<string, unknown> }));
         await this.publisher.send({ ...message, properties: { ...message.properties, headers: trace.headers } });
       }),
     );
@@ -378,7 +379,7 @@ export class OutboxRelay extends EventEmitter {
 
 /**
  * Why a failed publish will fail the same way every time, or undefined when it may
- * succeed later. Unroutable and undecodable rows; and a row whose exchange does not
+ * succeed later. Unroutable, undecodable and unencodable rows; and a row whose exchange does not
  * exist: the broker closes the channel with 404 NOT_FOUND naming the exchange. That
  * close fails every publish in flight on the channel, each carrying the same reason, so
  * only a row whose own exchange is the one named is at fault. amqplib rejects the
@@ -387,12 +388,28 @@ export class OutboxRelay extends EventEmitter {
  */
 function permanentReason(error: unknown, message: string, exchange: string): string | undefined {
   if (error instanceof Undecodable || (error instanceof WarrenError && error.code === 'UNROUTABLE')) return message;
+  const refused = encoderError(error);
+  if (refused !== undefined) return `amqplib cannot encode the message, so it can never be sent as it is (${refused.name}: ${refused.message})`;
   const named = `no exchange '${exchange}' in vhost`;
   for (let e: unknown = error, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
     const code = (e as { code?: unknown }).code;
     if ((code === 404 || e.message.includes('NOT_FOUND')) && e.message.includes(named)) {
       return `404 NOT_FOUND: exchange '${exchange}' does not exist (${message})`;
     }
+  }
+  return undefined;
+}
+
+/**
+ * The encoder's error when amqplib refused to write the message (a header table over
+ * its size, a value of no AMQP type, a short string over 255 bytes): the publisher
+ * rejects with PUBLISH_NOT_SENT and keeps that RangeError or TypeError as the cause. A
+ * PUBLISH_NOT_SENT without one (a blocked connection) may go through later.
+ */
+function encoderError(error: unknown): Error | undefined {
+  if (!(error instanceof WarrenError) || error.code !== 'PUBLISH_NOT_SENT') return undefined;
+  for (let e: unknown = error.cause, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    if (e instanceof RangeError || e instanceof TypeError) return e;
   }
   return undefined;
 }

@@ -124,6 +124,43 @@ describe.each(BACKENDS)('outbox relay: %s', (backend) => {
     expect(await relay.lag()).toMatchObject({ pending: 0, failed: 0 });
   });
 
+  it('flags a row amqplib cannot encode with the encoder\'s error instead of retrying it; the rows after it go on; released, it is flagged again', async () => {
+    const h = await harness(backend);
+    const store = h.store();
+    const { topology, queue } = setup();
+    const warren = await connectWarren(topology);
+    const [first] = await add(store, 1);
+    // A header table over amqplib's frame buffer, and a short string over 255 bytes.
+    const [bigHeader] = await add(store, 1, { headers: { note: 'x'.repeat(200_000) } });
+    const [second] = await add(store, 1);
+    const [longType] = await add(store, 1, { type: 't'.repeat(300) });
+    const [third] = await add(store, 1);
+    const relay = store.relay({ publisher: warren.publisher, exchange: topology.exchange });
+    const flagged: Array<{ messageId: string; error: string }> = [];
+    relay.on('flagged', (f: { messageId: string; error: string }) => flagged.push(f));
+    const pass = await relay.runOnce();
+    expect(pass).toMatchObject({ claimed: 5, published: 3, flagged: 2, failed: 0 });
+    const conn = await rawConnection();
+    await waitFor(async () => (await depth(conn, queue)) === 3, 'the three encodable rows to be routed');
+    expect(idsOf(await drain(conn, queue))).toEqual([first, second, third]);
+    const failures = await store.outbox.failed();
+    expect(failures.map((f) => f.messageId)).toEqual([bigHeader, longType]);
+    for (const f of failures) {
+      expect(f.attempts).toBe(1);
+      expect(f.error).toMatch(/^amqplib cannot encode the message, so it can never be sent as it is \((RangeError|TypeError): .+\)$/);
+    }
+    expect(flagged.map((f) => f.messageId)).toEqual([bigHeader, longType]);
+    expect(await relay.lag()).toMatchObject({ pending: 0, failed: 2 });
+    // Released without a fix, they are flagged again, not left pending to be retried.
+    expect(await store.outbox.release()).toBe(2);
+    expect(await relay.runOnce()).toMatchObject({ claimed: 2, published: 0, flagged: 2, failed: 0 });
+    expect((await store.outbox.failed()).map((f) => [f.messageId, f.attempts])).toEqual([
+      [bigHeader, 2],
+      [longType, 2],
+    ]);
+    expect(await depth(conn, queue)).toBe(0);
+  });
+
   it('keeps strict order when the broker nacks a row in the middle of a batch: the rows behind it wait and go again after it', async () => {
     const h = await harness(backend);
     const store = h.store();

@@ -343,8 +343,12 @@ export function traceDelivery(consumer: TracedConsumer, msg: { readonly fields: 
   return new ConsumerSpan(span, parent, c.retryQueues, recording);
 }
 
-/** Where a relayed message came from: a row an application added, or a retry-table row sent back. */
-export type RelaySource = 'outbox' | 'retry-table';
+/**
+ * Where a relayed message came from: a row an application added (`outbox`), a
+ * retry-table row sent back to its queue (`retry-table`), or a retry-table row an
+ * operator parked, on its way to the parked queue (`retry-table-park`).
+ */
+export type RelaySource = 'outbox' | 'retry-table' | 'retry-table-park';
 
 /** What the outbox relay did with a row it published; recorded on its span. */
 export type RelayOutcome =
@@ -370,7 +374,8 @@ const RELAY_ATTRIBUTES = new AttributeCache((exchange) => ({
 /**
  * Starts the PRODUCER span of a row the outbox relay publishes: a child of the context
  * stored in the row (that of the code that added it, or, for a retry-table row, of the
- * message's last publish), linked to the attempt that made a retry-table row wait. The
+ * message's last publish), linked to the attempt that made a retry-table row wait
+ * (whether it goes back to its queue or, parked by an operator, to the parked queue). The
  * message goes out with this span's context, so its consumer span is the relay span's
  * child. Without an SDK the headers are handed back as they are.
  */
@@ -380,8 +385,9 @@ export function traceRelay(source: RelaySource, row: { readonly id: string; read
   const o = api as Api;
   const stored = message.headers;
   const parent = o.propagation.extract(o.ROOT_CONTEXT, stored, headerGetter);
-  const links = source === 'retry-table' ? linksOf(stored) : undefined;
-  const name = source === 'retry-table' ? `release ${message.routingKey}` : `relay ${destinationName(message.exchange)}`;
+  const fromRetryTable = source !== 'outbox';
+  const links = fromRetryTable ? linksOf(stored) : undefined;
+  const name = source === 'retry-table' ? `release ${message.routingKey}` : source === 'retry-table-park' ? `park ${message.routingKey}` : `relay ${destinationName(message.exchange)}`;
   const start = RELAY_ATTRIBUTES.get(message.exchange);
   const span = t.startSpan(name, links === undefined ? { kind: 3 /* SpanKind.PRODUCER */, attributes: start } : { kind: 3, attributes: start, links }, parent);
   // The stored context gives way to this span's, whatever propagator wrote it.
@@ -397,7 +403,7 @@ export function traceRelay(source: RelaySource, row: { readonly id: string; read
     'warren.outbox.id': row.id,
     'warren.outbox.attempts': row.attempts,
   });
-  if (source === 'retry-table') {
+  if (fromRetryTable) {
     const consumer = stringHeader(stored, HEADER.consumer);
     if (consumer !== undefined) span.setAttribute('warren.consumer', consumer);
     const dependency = stringHeader(stored, HEADER.dependency);

@@ -328,6 +328,53 @@ describe.each(BACKENDS)('tracing through the retry table: %s', (backend) => {
       await scheduler.stop();
     }
   });
+
+  it('waiting in the retry table, parked by an operator: the park span is labelled as a parked retry-table row, in the same trace, linked to the attempt that made it wait', async () => {
+    const h = await harness(backend);
+    const store = h.store();
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { billing: { queue: name('billing'), bindings: ['order.*'] } } }));
+    const warren = await connectWarren(topology);
+    const outcomes: Outcome[] = [];
+    await warren.consume(
+      'billing',
+      async () => {
+        // Due in an hour: only the operator's park takes it out of the table.
+        throw new WaitForConditionError('ledger', { tenant: 'acme', delayMs: 3_600_000 });
+      },
+      { retryTable: { table: store.retryTable }, onOutcome: (o) => outcomes.push(o) },
+    );
+    const { messageId } = await warren.publish('order.created', { orderId: 6 });
+    await waitFor(() => outcomes.some((o) => o.kind === 'waiting'), 'the message to wait in the retry table');
+    expect(await store.retryTable.park({ consumer: 'billing' }, { actor: 'dana' })).toBe(1);
+    const relay = store.relay({ publisher: warren.publisher, exchange: topology.exchange });
+    expect(await relay.runOnce()).toMatchObject({ published: 1, flagged: 0, failed: 0 });
+    const { parkedQueue } = topology.consumer('billing');
+    const conn = await rawConnection();
+    await waitFor(async () => (await depth(conn, parkedQueue)) === 1, 'the parked row to reach the parked queue');
+    const producer = exporter.getFinishedSpans().find((s) => s.kind === SpanKind.PRODUCER && s.attributes['messaging.message.id'] === messageId && s.name.startsWith('publish '));
+    const traceId = producer?.spanContext().traceId as string;
+    const [waited] = consumerSpans(traceId);
+    expect(waited?.attributes).toMatchObject({ 'warren.outcome': 'waiting' });
+    const parks = spansOf(traceId).filter((s) => s.kind === SpanKind.PRODUCER && s !== producer);
+    expect(parks).toHaveLength(1);
+    const [park] = parks;
+    expect(park?.name).toBe(`park ${parkedQueue}`);
+    expect(park?.parentSpanContext?.spanId).toBe(producer?.spanContext().spanId);
+    expect(park?.attributes).toMatchObject({
+      'messaging.destination.name': 'amq.default',
+      'messaging.rabbitmq.destination.routing_key': parkedQueue,
+      'messaging.message.id': messageId,
+      'warren.relay.source': 'retry-table-park',
+      'warren.relay.outcome': 'sent',
+      'warren.consumer': 'billing',
+      'warren.wait.dependency': 'ledger',
+      'warren.wait.tenant': 'acme',
+    });
+    expect(park?.links.map((l) => [l.attributes?.['warren.link'], l.context.spanId])).toEqual([['previous-attempt', waited?.spanContext().spanId]]);
+    // The parked copy carries the park span's context.
+    const [copy] = await drain(conn, parkedQueue);
+    expect(String(copy?.properties.headers?.['traceparent'])).toBe(`00-${traceId}-${park?.spanContext().spanId}-01`);
+  });
 });
 
 describe('tracing a trace sampled out at its root', () => {

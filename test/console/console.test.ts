@@ -2,6 +2,7 @@
 // API, a parked group is canary-replayed and then replayed whole to its own consumer only,
 // hostile text stays text, and the console refuses what it must refuse.
 import { spawn } from 'node:child_process';
+import { createServer, type AddressInfo } from 'node:net';
 import { createInterface } from 'node:readline';
 import { copyFileSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -14,6 +15,7 @@ import { listParked } from '../../src/park/operations.js';
 import { declared, fastConnection, peekIds, publishParked } from '../../src/park/testing/fixtures.js';
 import { allowErrors, launchBrowser, screenshot, watchErrors } from '../browser.js';
 import { AMQP_URL, connectWarren, MGMT_URL, onTeardown, testTopology, waitFor } from '../helpers.js';
+import type { Topology } from '../../src/topology/declaration.js';
 import { managementConsumers, managementDepth, operator, OPERATOR_TOKEN, serveConsole, viewer } from './harness.js';
 
 // Chromium's start and a page's first paint take seconds on a loaded two-core machine.
@@ -212,36 +214,8 @@ describe('console in a browser', () => {
   it('warren console on a non-loopback address refuses a request without the token', async () => {
     const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { billing: { queue: name('billing'), bindings: ['order.*'] } } }));
     await declared(topology);
-    const dir = join(ROOT, '.warren/test-results');
-    mkdirSync(dir, { recursive: true });
-    const modPath = join(dir, `topology-${Date.now()}.mjs`);
-    const consumers = Object.fromEntries([...topology.consumers.values()].map((c) => [c.name, { queue: c.queue, bindings: [...c.bindings] }]));
-    writeFileSync(modPath, `export default ${JSON.stringify({ exchange: topology.exchange, consumers })};\n`);
-    onTeardown(async () => rmSync(modPath, { force: true }));
     // 0.0.0.0 is not loopback; requests still go to 127.0.0.1 only.
-    const child = spawn(process.execPath, [join(ROOT, 'dist/cli/main.js'), 'console', '--listen', '0.0.0.0:0', '-t', modPath], {
-      env: { ...process.env, WARREN_AMQP_URL: AMQP_URL, WARREN_MANAGEMENT_URL: MGMT_URL, WARREN_CONSOLE_TOKEN: OPERATOR_TOKEN },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-    onTeardown(async () => {
-      child.kill('SIGTERM');
-      await exited;
-    });
-    let stderr = '';
-    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    const line = await new Promise<string>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`warren console did not start: ${stderr}`)), 90_000);
-      createInterface({ input: child.stdout }).on('line', (l) => {
-        if (l.startsWith('warren console:')) {
-          clearTimeout(timer);
-          resolve(l);
-        }
-      });
-      child.once('exit', () => reject(new Error(`warren console exited: ${stderr}`)));
-    });
-    const port = /:(\d+)\//.exec(line)?.[1];
-    const url = `http://127.0.0.1:${port}/`;
+    const url = await cliConsole(topology, ['--listen', '0.0.0.0:0'], { WARREN_CONSOLE_TOKEN: OPERATOR_TOKEN });
     const bare = await fetch(url);
     expect(bare.status).toBe(401);
     expect(bare.headers.get('www-authenticate')).toMatch(/^Basic/);
@@ -256,4 +230,75 @@ describe('console in a browser', () => {
     expect(res?.status()).toBe(200);
     await page.locator('#consumers').waitFor();
   });
+
+  it('warren console names the broker it connected to: host and port of the node of --url that answered, never a password', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { billing: { queue: name('billing'), bindings: ['order.*'] } } }));
+    await declared(topology);
+    const broker = new URL(AMQP_URL);
+    // The first node refuses the connection; the second is the broker under test.
+    const dead = await deadPort();
+    const url = await cliConsole(topology, ['--listen', '127.0.0.1:0', '--url', `amqp://${broker.username}:${broker.password}@127.0.0.1:${dead}${broker.pathname},${broker.host}`]);
+    const res = await fetch(url);
+    expect(res.status).toBe(200);
+    const html = await res.text();
+    const footer = /<span id="broker">([^<]*)<\/span>/.exec(html)?.[1];
+    expect(footer).toMatch(new RegExp(`^broker ${broker.host.replace(/\./g, '\\.')} \\(RabbitMQ [\\d.]+, node 2 of 2 in --url\\)$`));
+    expect(html).not.toContain("application's connection");
+    expect(html).not.toContain(`:${broker.password}@`);
+
+    const { context } = await launchBrowser();
+    const page = await context.newPage();
+    watched(page);
+    await page.goto(url);
+    await page.locator('#consumers').waitFor();
+    expect(await page.locator('#broker').textContent()).toBe(footer);
+
+    // No node answers: the console still serves, and says it is not connected, to which nodes.
+    const down = await cliConsole(topology, ['--listen', '127.0.0.1:0', '--url', `amqp://ops:S3cret-pw@127.0.0.1:${dead}/shop,127.0.0.1:${dead + 1}`, '--management-url', `http://127.0.0.1:${dead}`]);
+    const unreachable = await (await fetch(down)).text();
+    expect(/<span id="broker">([^<]*)<\/span>/.exec(unreachable)?.[1]).toBe(`broker not connected (--url 127.0.0.1:${dead}, 127.0.0.1:${dead + 1})`);
+    expect(unreachable).not.toContain('S3cret-pw');
+  });
 });
+
+/** A port on this machine where nothing listens. */
+async function deadPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+/** Starts the built `warren console` on the topology with these flags (stopped after the test); resolves to its URL on 127.0.0.1. */
+async function cliConsole(topology: Topology, args: readonly string[], env: Record<string, string> = {}): Promise<string> {
+  const dir = join(ROOT, '.warren/test-results');
+  mkdirSync(dir, { recursive: true });
+  const modPath = join(dir, `topology-${Date.now()}-${Math.random().toString(36).slice(2, 8)}.mjs`);
+  const consumers = Object.fromEntries([...topology.consumers.values()].map((c) => [c.name, { queue: c.queue, bindings: [...c.bindings] }]));
+  writeFileSync(modPath, `export default ${JSON.stringify({ exchange: topology.exchange, consumers })};\n`);
+  onTeardown(async () => rmSync(modPath, { force: true }));
+  const child = spawn(process.execPath, [join(ROOT, 'dist/cli/main.js'), 'console', '-t', modPath, ...args], {
+    env: { ...process.env, WARREN_AMQP_URL: AMQP_URL, WARREN_MANAGEMENT_URL: MGMT_URL, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  onTeardown(async () => {
+    child.kill('SIGTERM');
+    await exited;
+  });
+  let stderr = '';
+  child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+  const line = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`warren console did not start: ${stderr}`)), 90_000);
+    createInterface({ input: child.stdout }).on('line', (l) => {
+      if (l.startsWith('warren console:')) {
+        clearTimeout(timer);
+        resolve(l);
+      }
+    });
+    child.once('exit', () => reject(new Error(`warren console exited: ${stderr}`)));
+  });
+  const port = /:(\d+)\//.exec(line)?.[1];
+  return `http://127.0.0.1:${port}/`;
+}

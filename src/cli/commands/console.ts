@@ -4,7 +4,7 @@ import { createInterface } from 'node:readline';
 import { DB_FLAGS, str } from '../args.js';
 import type { Command, CommandContext } from '../command.js';
 import type * as amqp from 'amqplib';
-import { connect, databaseSettings, openDatabase } from '../context.js';
+import { connect, databaseSettings, nodeOfConnection, openDatabase, type CliNode } from '../context.js';
 import { CliError, EXIT, UsageError } from '../errors.js';
 
 const DEFAULT_LISTEN = '127.0.0.1:8780';
@@ -23,6 +23,30 @@ export function isLoopback(host: string): boolean {
   const h = host.toLowerCase();
   if (h === 'localhost' || h === '::1') return true;
   return isIP(h) === 4 && h.startsWith('127.');
+}
+
+/** A node as the console's page names it: host and port, with the server and its place in --url; never a password. */
+export function nodeName(node: CliNode): string {
+  const extra = [node.server, node.tls ? 'TLS' : undefined, node.of > 1 ? `node ${node.position} of ${node.of} in --url` : undefined].filter((x) => x !== undefined);
+  return `${node.address}${extra.length ? ` (${extra.join(', ')})` : ''}`;
+}
+
+/** The host:port of each node in a --url list, as given (a bare host:port stays as it is). */
+export function addressesOf(list: string): string[] {
+  return list
+    .split(',')
+    .map((item) => item.trim())
+    .filter((item) => item !== '')
+    .map((item) => {
+      // A bare host[:port], or something connect() refuses with a clear message; never its credentials.
+      if (!item.includes('://')) return item.replace(/^.*@/, '');
+      try {
+        const u = new URL(item);
+        return `${u.hostname}:${u.port || (u.protocol === 'amqps:' ? '5671' : '5672')}`;
+      } catch {
+        return item.replace(/^[^:]*:\/\//, '').replace(/^.*@/, '').replace(/\/.*$/, '');
+      }
+    });
 }
 
 async function readPassword(ctx: CommandContext): Promise<string> {
@@ -68,7 +92,8 @@ export const consoleCommand: Command = {
     '(per consumer: work depth, parked, consumers, redeliveries, with an hour of history),',
     'the parked messages grouped by cause with replay, canary replay and purge, and, with',
     '--db, the retry table and the outbox. Every change is recorded on its Actions page',
-    '(and appended to --audit-file when given).',
+    '(and appended to --audit-file when given). It connects to the first node of --url',
+    'that answers before it serves, and each page names that node (host:port).',
     '',
     'On a loopback address without an auth method, anyone on this machine is an operator.',
     'Any other address needs one of: --token (or WARREN_CONSOLE_TOKEN; a browser signs in',
@@ -125,10 +150,16 @@ export const consoleCommand: Command = {
     const auditFile = str(ctx.values, 'audit-file') ?? (ctx.io.env['WARREN_AUDIT_FILE']?.trim() || undefined);
     // One AMQP connection on the first node of --url that answers, opened again after a loss.
     let live: Promise<amqp.ChannelModel> | undefined;
+    // The node that connection is on, which the page names as its broker.
+    let node: CliNode | undefined;
     const connection = (): Promise<amqp.ChannelModel> =>
       (live ??= connect(ctx.broker, ctx.io.cwd, ctx.err).then(
         (m) => {
-          m.on('close', () => (live = undefined));
+          node = nodeOfConnection(m);
+          m.on('close', () => {
+            live = undefined;
+            node = undefined;
+          });
           return m;
         },
         (error: unknown) => {
@@ -151,6 +182,7 @@ export const consoleCommand: Command = {
         topology,
         url: ctx.broker.url,
         connection,
+        brokerName: () => (node ? nodeName(node) : `not connected (--url ${addressesOf(ctx.broker.url).join(', ')})`),
         management: ctx.management(),
         authorize,
         ...(store ? { store, databaseName: db?.shown ?? '' } : {}),
@@ -161,6 +193,9 @@ export const consoleCommand: Command = {
         ...(auditFile !== undefined ? { actionLog: mod.fileActionLog(auditFile) } : {}),
       });
       server.on('request', mod.nodeListener(ops.fetch));
+      // Connected before the address is given, so the first page names the node it reads; a
+      // broker that does not answer is said at once, and the pages that need it try again.
+      await connection().catch((error: unknown) => ctx.err(`note: not connected to RabbitMQ yet: ${error instanceof Error ? error.message : String(error)} Pages that need it try again.`));
       const who = hasAuth ? 'sign in required' : 'anyone on this machine is an operator';
       ctx.out(`warren console: http://${shownHost}:${bound}${ops.basePath}/ (${who}; Ctrl-C to stop)`);
       await new Promise<void>((resolve) => {

@@ -111,7 +111,8 @@ export const outboxList: Command = {
   summary: 'outbox rows the relay flagged: could not publish (no route, no such exchange)',
   description: [
     'Lists the outbox rows the relay flagged instead of retrying them forever (no queue',
-    'bound for the routing key, an exchange that does not exist, an undecodable row), oldest',
+    'bound for the routing key, an exchange that does not exist, an undecodable row, a row',
+    'amqplib cannot encode, e.g. headers too large), oldest',
     'first: row id, message id, exchange (- for the relay\'s exchange), routing key, when it',
     'was flagged, attempts and the error. Nothing is changed. Fix the cause (declare the',
     'exchange, bind a queue), then `warren outbox release`.',
