@@ -10,7 +10,7 @@ import { declareTopology } from '../topology/apply.js';
 import type { ConsumerTopology, Topology } from '../topology/declaration.js';
 import type { Publisher } from '../publish/publisher.js';
 import { describeFailure } from '../park/failure.js';
-import { copyProperties as copyMessageProperties, headerTableBytes, withoutBrokerHeaders } from '../park/message.js';
+import { copyProperties as copyMessageProperties, hasBrokerHeader, headerTableBytes, withoutBrokerHeaders } from '../park/message.js';
 import { readAttempts } from '../retry/attempts.js';
 import { uuidv7 } from '../publish/message-id.js';
 import { checkPolicy, type RetryTablePolicy } from '../retry-table/wait.js';
@@ -837,8 +837,9 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
 
   private async retry(d: Delivery, headers: Record<string, unknown>, decision: Extract<Decision, { kind: 'retry' }>): Promise<void> {
     const messageId = idOf(d);
+    // Described once, for the copy's headers and the log line.
     const failure = describeFailure(decision.error);
-    if (await this.move(d, decision.queue, copyHeaders(decision, headers, d.msg.fields, this.name, new Date()), decision)) {
+    if (await this.move(d, decision.queue, copyHeaders(decision, headers, d.msg.fields, this.name, new Date(), failure), decision)) {
       this.logger.info(`handler failed (${failure.errorClass}: ${firstLine(failure.message)}); retrying in ${decision.delayMs} ms`, {
         consumer: this.name, messageId, attempts: decision.attempts, maxAttempts: this.declaration.maxAttempts, tier: decision.tier, delayMs: decision.delayMs, queue: decision.queue,
         errorClass: failure.errorClass, error: failure.message,
@@ -850,8 +851,8 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   private async park(d: Delivery, headers: Record<string, unknown>, decision: Extract<Decision, { kind: 'park' }>): Promise<void> {
     const messageId = idOf(d);
     const { reason, attempts } = decision;
-    if (await this.move(d, this.declaration.parkedQueue, copyHeaders(decision, headers, d.msg.fields, this.name, new Date()), decision)) {
-      const failure = describeFailure(decision.error);
+    const failure = describeFailure(decision.error);
+    if (await this.move(d, this.declaration.parkedQueue, copyHeaders(decision, headers, d.msg.fields, this.name, new Date(), failure), decision)) {
       if (!decision.minimal) this.logger.warn(`message parked (${reason}; ${failure.errorClass}: ${firstLine(failure.message)})`, { consumer: this.name, messageId, reason, attempts, queue: this.declaration.parkedQueue, errorClass: failure.errorClass, error: failure.message });
       this.count({ kind: 'parked', messageId, reason, attempts, error: decision.error }, d);
     }
@@ -864,11 +865,13 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
    * closes meanwhile the broker redelivers it. A copy whose headers cannot be encoded
    * (the producer's own headers fill the table) is never tried again as it is: it is
    * parked with minimal metadata (see {@link minimalHeaders}), counted here. Returns true
-   * when moved as asked and acked.
+   * when moved as asked and acked. `headers` are the copy's own (made for it alone), so
+   * they are copied again only to drop the broker's headers, when they hold any.
    */
   private async move(d: Delivery, queue: string, headers: Record<string, unknown>, intended: Decision): Promise<boolean> {
     let target = queue;
-    let table = withoutBrokerHeaders(d.trace?.headers(headers) ?? headers);
+    let table = d.trace?.headers(headers) ?? headers;
+    if (hasBrokerHeader(table)) table = withoutBrokerHeaders(table);
     let minimal = false;
     let fate = intended;
     const fallBack = (why: string): void => {
@@ -878,7 +881,8 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       table = minimalHeaders(fate as Extract<Decision, { kind: 'park' }>, (d.msg.properties.headers ?? {}) as Record<string, unknown>, d.msg.fields, this.name, new Date());
       minimal = true;
     };
-    if (headerTableBytes(table) > MAX_HEADER_TABLE_BYTES) fallBack(`${headerTableBytes(table)} bytes of headers, more than ${MAX_HEADER_TABLE_BYTES}`);
+    const bytes = headerTableBytes(table);
+    if (bytes > MAX_HEADER_TABLE_BYTES) fallBack(`${bytes} bytes of headers, more than ${MAX_HEADER_TABLE_BYTES}`);
     const giveUpAt = Date.now() + MOVE_GIVE_UP_MS;
     for (let attempt = 1; ; attempt++) {
       if (this.channel !== d.ch) return false; // its channel is gone: the broker redelivers it
@@ -897,7 +901,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
         return false;
       };
       try {
-        await this.publisher.send({ exchange: '', routingKey: target, content: d.msg.content, properties: copyProperties(d.msg, table) });
+        await this.publisher.send({ exchange: '', routingKey: target, content: d.msg.content, properties: copyProperties(d.msg, table, true) });
         return landed();
       } catch (error) {
         if (error instanceof ClosedError) return false;
@@ -983,8 +987,8 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
 }
 
 /** The properties of a delivery for its copy in another queue (no expiration: a copy waits as long as its queue says). */
-function copyProperties(msg: amqp.ConsumeMessage, headers: Record<string, unknown>): amqp.Options.Publish {
-  return copyMessageProperties(msg.properties, headers) as amqp.Options.Publish;
+function copyProperties(msg: amqp.ConsumeMessage, headers: Record<string, unknown>, owned = false): amqp.Options.Publish {
+  return copyMessageProperties(msg.properties, headers, owned) as amqp.Options.Publish;
 }
 
 /** What `decide` is told of a handler that resolved (one object for every delivery). */
