@@ -10,7 +10,7 @@ import { declareTopology } from '../topology/apply.js';
 import type { ConsumerTopology, Topology } from '../topology/declaration.js';
 import type { Publisher } from '../publish/publisher.js';
 import { describeFailure } from '../park/failure.js';
-import { copyProperties as copyMessageProperties, headerTableBytes, withoutBrokerHeaders } from '../park/message.js';
+import { copyProperties as copyMessageProperties, hasBrokerHeader, headerTableBytes, withoutBrokerHeaders } from '../park/message.js';
 import { readAttempts } from '../retry/attempts.js';
 import { uuidv7 } from '../publish/message-id.js';
 import { checkPolicy, type RetryTablePolicy } from '../retry-table/wait.js';
@@ -18,25 +18,56 @@ import { retryRow } from '../retry-table/row.js';
 import { bodyDecoder, type BodyDecoder } from './decode.js';
 import { messageIdReader, type MessageIdReader } from './message-id.js';
 import { decide, type Decision, type Happening } from './contract.js';
-import { DuplicateDelivery, happening, HandlerRun, runHandler, StoreOutage } from './handler-run.js';
+import { DuplicateDelivery, happening, HandlerClock, HandlerRun, runHandler, StoreOutage } from './handler-run.js';
 import { copyHeaders, minimalHeaders, originHeaders } from './copy-headers.js';
 import { decodeBody, messageIdOf, validatePayload } from './payload.js';
 import { traceDelivery, type DeliveryTrace } from '../trace/index.js';
-import type { ConsumerOptions, ConsumerStats, Handler, Outcome } from './types.js';
+import type { ConsumerOptions, ConsumerStats, Handler, MessageContext, Outcome } from './types.js';
 
 const DEFAULTS = { prefetch: 20, concurrency: 10, timeoutMs: 60_000, shutdownTimeoutMs: 10_000, storeOutageHoldMs: 300_000 } as const;
 
-interface Delivery {
-  readonly msg: amqp.ConsumeMessage;
-  readonly ch: amqp.Channel;
+/** One delivery, from its arrival to its outcome. Every field is declared here, so its shape never changes on the way. */
+class Delivery {
   /** The id `messageIdFrom` found, for a message without a `message-id` property. */
-  foundId?: string;
-  /** performance.now() when its processing started, for the outcome's `durationMs`. */
-  started?: number;
+  foundId: string | undefined = undefined;
+  /** performance.now() when its processing started, for the outcome's `durationMs`; 0 before. */
+  started = 0;
   /** The delivery's consumer span, from the start of its processing to its outcome. */
-  trace?: DeliveryTrace;
+  trace: DeliveryTrace | undefined = undefined;
   /** Acked or nacked by this process: nothing more may be done with it. */
-  settled?: boolean;
+  settled = false;
+  /** Its slot among the deliveries in flight; -1 while it waits. */
+  slot = -1;
+  /** The payload its handler is given. */
+  payload: unknown = undefined;
+  /** Its handler's run, while the handler runs (aborted if it outlives a shutdown). */
+  run: HandlerRun<unknown> | undefined = undefined;
+
+  constructor(
+    readonly msg: amqp.ConsumeMessage,
+    readonly ch: amqp.Channel,
+  ) {}
+}
+
+/**
+ * What `decide` passes to the retry table's tenant functions for a failed delivery. Its
+ * signal (already aborted: no handler runs now) is made only if read: AbortSignal.abort()
+ * builds a DOMException, a stack trace on every delivery.
+ */
+class DecisionContext implements MessageContext<undefined> {
+  readonly tx = undefined;
+
+  constructor(
+    readonly messageId: string | undefined,
+    readonly routingKey: string,
+    readonly headers: Readonly<Record<string, unknown>>,
+    readonly attempt: number,
+    readonly raw: amqp.ConsumeMessage,
+  ) {}
+
+  get signal(): AbortSignal {
+    return AbortSignal.abort();
+  }
 }
 
 /** The delivery's message id: the producer's property, else what `messageIdFrom` found. */
@@ -105,21 +136,71 @@ function droppedMidway(error: unknown): boolean {
   return /Channel ended|Channel closed|Connection closed|Connection closing|ECONNRESET|EPIPE|socket hang up/i.test(text);
 }
 
-function deliveryKey(msg: amqp.ConsumeMessage): string {
+/**
+ * Identifies a delivery across redeliveries, as a number: a 53-bit hash of its message
+ * id, else (negative) 48 bits of the SHA-1 of its routing key and body. A number, not a
+ * string: every ack keeps its key for a second or two (see {@link UnprovenAcks}), and
+ * numbers in a Float64Array keep nothing alive on the heap. Two messages share a key
+ * with odds of about one in 10^12 for 10,000 keys held; such a pair would have one
+ * redelivery taken for a blip.
+ */
+function deliveryKey(msg: amqp.ConsumeMessage): number {
   const id: unknown = msg.properties.messageId;
-  if (typeof id === 'string' && id !== '' && id.length <= 1000) return `id:${id}`;
-  return `body:${createHash('sha1').update(msg.fields.routingKey).update('\0').update(msg.content).digest('base64')}`;
+  if (typeof id === 'string' && id !== '') return hash53(id);
+  return -1 - createHash('sha1').update(msg.fields.routingKey).update('\0').update(msg.content).digest().readUIntBE(0, 6);
 }
 
-/** Acks written on one channel that the broker has not yet been seen to read. */
-interface UnprovenAcks {
-  /** Their {@link deliveryKey}s, oldest first. */
-  readonly keys: string[];
-  /** How many keys were ever dropped from the front (proven, or past the bound). */
-  first: number;
-  timer?: NodeJS.Timeout | undefined;
+/** A 53-bit hash of a string (two 32-bit multiplicative hashes, mixed), never negative. */
+function hash53(text: string): number {
+  let h1 = 0xdeadbeef;
+  let h2 = 0x41c6ce57;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    h1 = Math.imul(h1 ^ c, 2654435761);
+    h2 = Math.imul(h2 ^ c, 1597334677);
+  }
+  h1 = Math.imul(h1 ^ (h1 >>> 16), 2246822507);
+  h1 ^= Math.imul(h2 ^ (h2 >>> 13), 3266489909);
+  h2 = Math.imul(h2 ^ (h2 >>> 16), 2246822507);
+  h2 ^= Math.imul(h1 ^ (h1 >>> 13), 3266489909);
+  return 4294967296 * (2097151 & h2) + (h1 >>> 0);
+}
+
+/** Acks written on one channel that the broker has not yet been seen to read: their {@link deliveryKey}s, in a ring. */
+class UnprovenAcks {
+  /** Allocated at the first ack, {@link SEEN_IN_FLIGHT_MAX} keys; key number `n` is at `n % length`. */
+  private keys: Float64Array | undefined;
+  /** Keys ever added. */
+  added = 0;
+  /** Keys before this number are gone (proven, or dropped past the bound). */
+  first = 0;
+  timer: NodeJS.Timeout | undefined;
   /** A request for proof is awaiting its reply. */
-  asking: boolean;
+  asking = false;
+
+  get size(): number {
+    return this.added - this.first;
+  }
+
+  add(key: number): void {
+    const keys = (this.keys ??= new Float64Array(SEEN_IN_FLIGHT_MAX));
+    if (this.size >= keys.length) this.first += 1;
+    keys[this.added % keys.length] = key;
+    this.added += 1;
+  }
+
+  /** The broker read every ack before key number `upTo`. */
+  proven(upTo: number): void {
+    this.first = Math.max(this.first, upTo);
+  }
+
+  /** The keys still unproven, oldest first. */
+  unproven(): number[] {
+    const out: number[] = [];
+    const keys = this.keys;
+    if (keys !== undefined) for (let n = this.first; n < this.added; n++) out.push(keys[n % keys.length] as number);
+    return out;
+  }
 }
 
 function int(value: number | undefined, fallback: number, option: string, min: number, max: number): number {
@@ -153,9 +234,24 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   private consumerTag: string | undefined;
   private attaching: Promise<void> | undefined;
   private readonly waiting: Delivery[] = [];
-  private readonly active = new Set<Promise<void>>();
-  /** Deliveries being processed, for what a closing channel had in flight. */
-  private readonly inFlight = new Set<Delivery>();
+  /**
+   * Deliveries being processed (for what a closing channel had in flight), in slots a
+   * finished one frees; {@link freeSlots} lists those free. Not a Set: a Set rebuilds its
+   * hash table as entries come and go, and each old table keeps pointing at the new one
+   * and at the entries it held. Once an old table has lived long enough to be promoted,
+   * that chain keeps every later delivery alive through young-generation collections
+   * until the next full one, and V8 grows the young generation to its maximum.
+   */
+  private readonly inFlight: (Delivery | undefined)[] = [];
+  private readonly freeSlots: number[] = [];
+  /** How many deliveries are in flight. */
+  private running = 0;
+  /** Called when the last delivery in flight finishes, while close() waits for them. */
+  private drained: (() => void) | undefined;
+  /** One clock for the timeouts of all this consumer's handler runs. */
+  private readonly clock: HandlerClock;
+  /** The delivery whose handler {@link startHandler} starts (trace.run calls it at once). */
+  private starting: Delivery | undefined;
   /**
    * Deliveries that were in flight (or waiting) when this process saw their channel
    * close, by {@link deliveryKey}, with when to forget them. Their redelivery is a blip
@@ -163,7 +259,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
    * Counted per key: two deliveries with one id (a publish sent again after a lost
    * confirm) can be in flight together, and each comes back.
    */
-  private readonly seenInFlight = new Map<string, { count: number; until: number }>();
+  private readonly seenInFlight = new Map<number, { count: number; until: number }>();
   /**
    * Per channel, the {@link deliveryKey}s of deliveries acked on it that the broker has
    * not yet been seen to read (see {@link ACK_PROOF_MS}). When the channel closes they
@@ -174,7 +270,6 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   private inTransit: { count: number; until: number } | undefined;
   /** Channels whose loss was noted (a reattach and the close both note it). */
   private readonly transitNoted = new WeakSet<amqp.Channel>();
-  private readonly controllers = new Set<HandlerRun<unknown>>();
   private stopping = false;
   private closed = false;
   private unregister: (() => void) | undefined;
@@ -198,6 +293,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     this.timeoutMs = int(options.timeoutMs, DEFAULTS.timeoutMs, 'timeoutMs', 1, 1_700_000);
     this.shutdownTimeoutMs = int(options.shutdownTimeoutMs, DEFAULTS.shutdownTimeoutMs, 'shutdownTimeoutMs', 0, 1_700_000);
     this.storeOutageHoldMs = int(options.storeOutageHoldMs, DEFAULTS.storeOutageHoldMs, 'storeOutageHoldMs', 0, 1_500_000);
+    this.clock = new HandlerClock(this.timeoutMs, this.name);
     if (options.schema !== undefined && typeof options.schema?.['~standard']?.validate !== 'function') {
       throw new InvalidOptionError('schema', 'expected a Standard Schema (an object with a `~standard.validate` function), such as a zod schema');
     }
@@ -299,7 +395,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   private rememberInFlight(ch: amqp.Channel): void {
     let held = 0;
     for (const d of this.inFlight) {
-      if (d.ch === ch && !d.settled) {
+      if (d !== undefined && d.ch === ch && !d.settled) {
         this.remember(d.msg);
         held += 1;
       }
@@ -314,7 +410,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     if (unproven !== undefined) {
       this.unprovenAcks.delete(ch);
       clearTimeout(unproven.timer);
-      for (const key of unproven.keys) this.remember(key);
+      for (const key of unproven.unproven()) this.remember(key);
     }
     // Deliveries the broker had sent that never arrived (in the socket buffers, on the
     // wire) come back redelivered too, and this process never saw them. Which they were
@@ -332,12 +428,8 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   /** Keeps an ack on `d.ch` in doubt until the broker answers a request written after it. */
   private ackWritten(d: Delivery): void {
     let unproven = this.unprovenAcks.get(d.ch);
-    if (unproven === undefined) this.unprovenAcks.set(d.ch, (unproven = { keys: [], first: 0, asking: false }));
-    if (unproven.keys.length >= SEEN_IN_FLIGHT_MAX) {
-      unproven.keys.shift();
-      unproven.first += 1;
-    }
-    unproven.keys.push(deliveryKey(d.msg));
+    if (unproven === undefined) this.unprovenAcks.set(d.ch, (unproven = new UnprovenAcks()));
+    unproven.add(deliveryKey(d.msg));
     this.askForProof(d.ch, unproven);
   }
 
@@ -350,17 +442,15 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     if (unproven.asking || unproven.timer !== undefined) return;
     unproven.timer = setTimeout(() => {
       unproven.timer = undefined;
-      if (this.unprovenAcks.get(ch) !== unproven || unproven.keys.length === 0) return;
-      const upTo = unproven.first + unproven.keys.length;
+      if (this.unprovenAcks.get(ch) !== unproven || unproven.size === 0) return;
+      const upTo = unproven.added;
       unproven.asking = true;
       ch.prefetch(this.prefetch).then(
         () => {
           unproven.asking = false;
           if (this.unprovenAcks.get(ch) !== unproven) return;
-          const proven = Math.max(0, upTo - unproven.first);
-          unproven.keys.splice(0, proven);
-          unproven.first += proven;
-          if (unproven.keys.length > 0) this.askForProof(ch, unproven);
+          unproven.proven(upTo);
+          if (unproven.size > 0) this.askForProof(ch, unproven);
           else this.unprovenAcks.delete(ch);
         },
         () => {
@@ -372,12 +462,12 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     unproven.timer.unref();
   }
 
-  private remember(msgOrKey: amqp.ConsumeMessage | string): void {
+  private remember(msgOrKey: amqp.ConsumeMessage | number): void {
     const now = Date.now();
     if (this.seenInFlight.size >= SEEN_IN_FLIGHT_MAX) {
       for (const [k, seen] of this.seenInFlight) if (seen.until <= now || this.seenInFlight.size >= SEEN_IN_FLIGHT_MAX) this.seenInFlight.delete(k);
     }
-    const key = typeof msgOrKey === 'string' ? msgOrKey : deliveryKey(msgOrKey);
+    const key = typeof msgOrKey === 'number' ? msgOrKey : deliveryKey(msgOrKey);
     const seen = this.seenInFlight.get(key);
     if (seen !== undefined && seen.until > now) {
       seen.count += 1;
@@ -454,30 +544,36 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       if (!this.closed && !this.stopping) this.scheduleReattach('cancelled');
       return;
     }
-    this.waiting.push({ msg, ch });
+    this.waiting.push(new Delivery(msg, ch));
     if (this.stopping) return; // close() puts it back
     this.pump();
   }
 
   private pump(): void {
-    while (!this.stopping && this.active.size < this.concurrency && this.waiting.length > 0) {
-      const delivery = this.waiting.shift() as Delivery;
-      this.inFlight.add(delivery);
-      // One derived promise per delivery (this runs once per message).
-      const run: Promise<void> = this.process(delivery).then(
-        () => this.finished(run, delivery),
-        (error: unknown) => this.lastResort(delivery, error).then(() => this.finished(run, delivery)),
-      );
-      this.active.add(run);
-      this.stats.inFlight = this.active.size;
+    while (!this.stopping && this.running < this.concurrency && this.waiting.length > 0) {
+      const d = this.waiting.shift() as Delivery;
+      d.slot = this.freeSlots.length > 0 ? (this.freeSlots.pop() as number) : this.inFlight.length;
+      this.inFlight[d.slot] = d;
+      this.running += 1;
+      this.stats.inFlight = this.running;
+      void this.deliver(d);
     }
   }
 
-  private finished(run: Promise<void>, d: Delivery): void {
-    this.inFlight.delete(d);
+  /** Processes a delivery to its outcome, then makes room for the next. Never rejects. */
+  private async deliver(d: Delivery): Promise<void> {
+    try {
+      await this.process(d);
+    } catch (error) {
+      await this.lastResort(d, error);
+    }
+    this.inFlight[d.slot] = undefined;
+    this.freeSlots.push(d.slot);
+    d.slot = -1;
     d.trace?.end(); // ends the span of a delivery that reached no outcome (no-op otherwise)
-    this.active.delete(run);
-    this.stats.inFlight = this.active.size;
+    this.running -= 1;
+    this.stats.inFlight = this.running;
+    if (this.running === 0) this.drained?.();
     this.pump();
   }
 
@@ -498,7 +594,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   }
 
   private count(outcome: Outcome, d?: Delivery): void {
-    if (d?.started !== undefined) (outcome as { durationMs?: number }).durationMs = performance.now() - d.started;
+    if (d !== undefined && d.started > 0 && outcome.durationMs === undefined) (outcome as { durationMs?: number }).durationMs = performance.now() - d.started;
     d?.trace?.end(outcome);
     switch (outcome.kind) {
       case 'acked': this.stats.acked++; break;
@@ -549,48 +645,50 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       if (decision === undefined) {
         const body = decodeBody(this.decoder, msg, this.timeoutMs, this.name);
         const value: unknown = body instanceof Promise ? await body : body;
-        const id = messageIdOf(this.idReader, msg, value, messageId, this.options.idempotency !== undefined);
-        if (id.found && id.id !== undefined) d.foundId = id.id;
-        messageId = id.id;
+        // The producer's id, when there is one, is the id (see messageIdOf).
+        if (messageId === undefined || messageId === '') {
+          const id = messageIdOf(this.idReader, msg, value, messageId, this.options.idempotency !== undefined);
+          if (id.found && id.id !== undefined) d.foundId = id.id;
+          messageId = id.id;
+        }
         const schema = this.options.schema;
         payload = schema ? await validatePayload(schema, value, this.timeoutMs, this.name) : (value as T);
-        await trace.run(() => this.runHandler(d, payload as T, messageId, headers, attempts.failed));
-        decision = this.decide(d, headers, attempts.failed, { kind: 'resolved' });
+        const routingKey = typeof headers[HEADER.routingKey] === 'string' ? (headers[HEADER.routingKey] as string) : msg.fields.routingKey;
+        d.payload = payload;
+        d.run = new HandlerRun<Tx>(messageId, routingKey, headers, attempts.failed + 1, msg, undefined as Tx) as HandlerRun<unknown>;
+        this.starting = d;
+        await trace.run(this.startHandler);
+        decision = this.decide(d, headers, attempts.failed, RESOLVED);
       }
     } catch (caught) {
       decision = this.decide(d, headers, attempts.failed, happening(caught), payload);
     }
-    await this.apply(d, headers, decision);
+    d.run = undefined;
+    d.payload = undefined;
+    const applying = this.apply(d, headers, decision);
+    if (applying !== undefined) await applying;
   }
 
   /** The contract's decision for this delivery (see {@link decide}), its notes logged. */
   private decide(d: Delivery, headers: Record<string, unknown>, failed: number, happened: Happening, payload?: T): Decision {
     const messageId = idOf(d);
-    // The signal (already aborted: no handler runs now) is made only if `classify` reads
-    // it: AbortSignal.abort() builds a DOMException, a stack trace on every delivery.
-    const context = {
-      messageId,
-      routingKey: d.msg.fields.routingKey,
-      headers,
-      attempt: failed + 1,
-      raw: d.msg,
-      tx: undefined,
-      get signal(): AbortSignal {
-        return AbortSignal.abort();
-      },
-    };
-    const decision = decide({ happened, attempts: failed, headers, consumer: this.declaration, classify: this.options.classify, retryTable: this.options.retryTable, payload, context, now: new Date() });
-    for (const note of decision.notes ?? []) this.logger.error(note.message, { consumer: this.name, messageId, ...(note.error === undefined ? {} : { error: errorText(note.error) }) });
+    // Only a failure's decision reads the context (the retry table's tenant functions).
+    const context = happened.kind === 'threw' || happened.kind === 'timed-out' ? new DecisionContext(messageId, d.msg.fields.routingKey, headers, failed + 1, d.msg) : undefined;
+    const decision = decide({ happened, attempts: failed, headers, consumer: this.declaration, classify: this.options.classify, retryTable: this.options.retryTable, payload, context });
+    if (decision.notes !== undefined) for (const note of decision.notes) this.logger.error(note.message, { consumer: this.name, messageId, ...(note.error === undefined ? {} : { error: errorText(note.error) }) });
     return decision;
   }
 
-  /** Carries out a decision: the ack, the move, the retry-table row or the put-back. */
-  private async apply(d: Delivery, headers: Record<string, unknown>, decision: Decision): Promise<void> {
-    const messageId = idOf(d);
+  /**
+   * Carries out a decision: the ack, the move, the retry-table row or the put-back.
+   * Returns the promise of what goes on after it returns, or undefined when it is done
+   * (an ack: no promise made for the most common outcome).
+   */
+  private apply(d: Delivery, headers: Record<string, unknown>, decision: Decision): Promise<void> | undefined {
     switch (decision.kind) {
       case 'ack':
-        if (this.ack(d)) this.count({ kind: decision.duplicate ? 'duplicate' : 'acked', messageId }, d);
-        return;
+        if (this.ack(d)) this.count({ kind: decision.duplicate ? 'duplicate' : 'acked', messageId: idOf(d), durationMs: performance.now() - d.started }, d);
+        return undefined;
       case 'retry':
         return this.retry(d, headers, decision);
       case 'park':
@@ -598,14 +696,19 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       case 'wait':
         return this.wait(d, headers, decision);
       case 'move-back':
-        if (await this.move(d, this.declaration.queue, copyHeaders(decision, headers, d.msg.fields, this.name, new Date()), decision)) {
-          this.count({ kind: 'redelivery-moved', messageId, redeliveries: decision.redeliveries }, d);
-        }
-        return;
+        return this.moveBack(d, headers, decision);
       case 'requeue':
-        return decision.blip ? this.putBack(d) : this.requeue(d, false);
+        if (decision.blip) return this.putBack(d);
+        this.requeue(d, false);
+        return undefined;
       case 'run':
-        return;
+        return undefined;
+    }
+  }
+
+  private async moveBack(d: Delivery, headers: Record<string, unknown>, decision: Extract<Decision, { kind: 'move-back' }>): Promise<void> {
+    if (await this.move(d, this.declaration.queue, copyHeaders(decision, headers, d.msg.fields, this.name, new Date()), decision)) {
+      this.count({ kind: 'redelivery-moved', messageId: idOf(d), redeliveries: decision.redeliveries }, d);
     }
   }
 
@@ -636,17 +739,19 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     }
   }
 
-  private async runHandler(d: Delivery, payload: T, messageId: string | undefined, headers: Record<string, unknown>, failed: number): Promise<void> {
-    const routingKey = typeof headers[HEADER.routingKey] === 'string' ? (headers[HEADER.routingKey] as string) : d.msg.fields.routingKey;
-    const run = new HandlerRun<Tx>(messageId, routingKey, headers, failed + 1, d.msg, undefined as Tx);
-    this.controllers.add(run as HandlerRun<unknown>);
-    try {
-      const guard = this.options.idempotency;
-      await runHandler(this.handler, payload, run, this.timeoutMs, this.name, guard && ((work, signal) => this.runGuarded(guard, messageId as string, work, signal)));
-    } finally {
-      this.controllers.delete(run as HandlerRun<unknown>);
-    }
-  }
+  /**
+   * Runs the handler of {@link starting} (its payload and run set by `process`): what
+   * `trace.run` calls, at once, with the delivery's span active. One function for all
+   * deliveries rather than a closure made for each.
+   */
+  private readonly startHandler = (): Promise<void> => {
+    const d = this.starting;
+    this.starting = undefined;
+    if (d === undefined || d.run === undefined) return Promise.reject(new Error('no delivery to run the handler of'));
+    const run = d.run as HandlerRun<Tx>;
+    const guard = this.options.idempotency;
+    return runHandler(this.handler, d.payload as T, run, this.timeoutMs, this.name, guard && ((work, signal) => this.runGuarded(guard, run.messageId as string, work, signal)), this.clock);
+  };
 
   /**
    * Runs the guard, holding the message while the database is unreachable or busy (a
@@ -732,8 +837,9 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
 
   private async retry(d: Delivery, headers: Record<string, unknown>, decision: Extract<Decision, { kind: 'retry' }>): Promise<void> {
     const messageId = idOf(d);
+    // Described once, for the copy's headers and the log line.
     const failure = describeFailure(decision.error);
-    if (await this.move(d, decision.queue, copyHeaders(decision, headers, d.msg.fields, this.name, new Date()), decision)) {
+    if (await this.move(d, decision.queue, copyHeaders(decision, headers, d.msg.fields, this.name, new Date(), failure), decision)) {
       this.logger.info(`handler failed (${failure.errorClass}: ${firstLine(failure.message)}); retrying in ${decision.delayMs} ms`, {
         consumer: this.name, messageId, attempts: decision.attempts, maxAttempts: this.declaration.maxAttempts, tier: decision.tier, delayMs: decision.delayMs, queue: decision.queue,
         errorClass: failure.errorClass, error: failure.message,
@@ -745,8 +851,8 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   private async park(d: Delivery, headers: Record<string, unknown>, decision: Extract<Decision, { kind: 'park' }>): Promise<void> {
     const messageId = idOf(d);
     const { reason, attempts } = decision;
-    if (await this.move(d, this.declaration.parkedQueue, copyHeaders(decision, headers, d.msg.fields, this.name, new Date()), decision)) {
-      const failure = describeFailure(decision.error);
+    const failure = describeFailure(decision.error);
+    if (await this.move(d, this.declaration.parkedQueue, copyHeaders(decision, headers, d.msg.fields, this.name, new Date(), failure), decision)) {
       if (!decision.minimal) this.logger.warn(`message parked (${reason}; ${failure.errorClass}: ${firstLine(failure.message)})`, { consumer: this.name, messageId, reason, attempts, queue: this.declaration.parkedQueue, errorClass: failure.errorClass, error: failure.message });
       this.count({ kind: 'parked', messageId, reason, attempts, error: decision.error }, d);
     }
@@ -759,11 +865,13 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
    * closes meanwhile the broker redelivers it. A copy whose headers cannot be encoded
    * (the producer's own headers fill the table) is never tried again as it is: it is
    * parked with minimal metadata (see {@link minimalHeaders}), counted here. Returns true
-   * when moved as asked and acked.
+   * when moved as asked and acked. `headers` are the copy's own (made for it alone), so
+   * they are copied again only to drop the broker's headers, when they hold any.
    */
   private async move(d: Delivery, queue: string, headers: Record<string, unknown>, intended: Decision): Promise<boolean> {
     let target = queue;
-    let table = withoutBrokerHeaders(d.trace?.headers(headers) ?? headers);
+    let table = d.trace?.headers(headers) ?? headers;
+    if (hasBrokerHeader(table)) table = withoutBrokerHeaders(table);
     let minimal = false;
     let fate = intended;
     const fallBack = (why: string): void => {
@@ -773,7 +881,8 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       table = minimalHeaders(fate as Extract<Decision, { kind: 'park' }>, (d.msg.properties.headers ?? {}) as Record<string, unknown>, d.msg.fields, this.name, new Date());
       minimal = true;
     };
-    if (headerTableBytes(table) > MAX_HEADER_TABLE_BYTES) fallBack(`${headerTableBytes(table)} bytes of headers, more than ${MAX_HEADER_TABLE_BYTES}`);
+    const bytes = headerTableBytes(table);
+    if (bytes > MAX_HEADER_TABLE_BYTES) fallBack(`${bytes} bytes of headers, more than ${MAX_HEADER_TABLE_BYTES}`);
     const giveUpAt = Date.now() + MOVE_GIVE_UP_MS;
     for (let attempt = 1; ; attempt++) {
       if (this.channel !== d.ch) return false; // its channel is gone: the broker redelivers it
@@ -792,7 +901,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
         return false;
       };
       try {
-        await this.publisher.send({ exchange: '', routingKey: target, content: d.msg.content, properties: copyProperties(d.msg, table) });
+        await this.publisher.send({ exchange: '', routingKey: target, content: d.msg.content, properties: copyProperties(d.msg, table, true) });
         return landed();
       } catch (error) {
         if (error instanceof ClosedError) return false;
@@ -857,17 +966,20 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     if (this.attaching) await this.attaching.catch(() => undefined);
     const ch = this.channel;
     if (ch && this.consumerTag) await ch.cancel(this.consumerTag).catch(() => undefined);
-    await Promise.all(this.waiting.splice(0).map((d) => this.apply(d, {}, this.decide(d, {}, 0, { kind: 'never-started' }))));
-    if (this.active.size > 0) {
+    await Promise.all(this.waiting.splice(0).map((d) => this.apply(d, {}, this.decide(d, {}, 0, { kind: 'never-started' })) ?? Promise.resolve()));
+    if (this.running > 0) {
       let timer: NodeJS.Timeout | undefined;
       const deadline = new Promise<'timeout'>((r) => (timer = setTimeout(() => r('timeout'), this.shutdownTimeoutMs)));
-      const outcome = await Promise.race([Promise.allSettled([...this.active]).then(() => 'done' as const), deadline]);
+      const drained = new Promise<'done'>((r) => (this.drained = () => r('done')));
+      const outcome = await Promise.race([drained, deadline]);
+      this.drained = undefined;
       clearTimeout(timer);
       if (outcome === 'timeout') {
-        this.logger.warn('handlers still running at the shutdown deadline; their messages will be redelivered', { consumer: this.name, running: this.active.size });
-        for (const c of this.controllers) c.abort(new ClosedError(`Consumer '${this.name}'`));
+        this.logger.warn('handlers still running at the shutdown deadline; their messages will be redelivered', { consumer: this.name, running: this.running });
+        for (const d of this.inFlight) d?.run?.abort(new ClosedError(`Consumer '${this.name}'`));
       }
     }
+    this.clock.stop();
     this.closed = true;
     this.channel = undefined;
     if (ch) await ch.close().catch(() => undefined);
@@ -875,9 +987,12 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
 }
 
 /** The properties of a delivery for its copy in another queue (no expiration: a copy waits as long as its queue says). */
-function copyProperties(msg: amqp.ConsumeMessage, headers: Record<string, unknown>): amqp.Options.Publish {
-  return copyMessageProperties(msg.properties, headers) as amqp.Options.Publish;
+function copyProperties(msg: amqp.ConsumeMessage, headers: Record<string, unknown>, owned = false): amqp.Options.Publish {
+  return copyMessageProperties(msg.properties, headers, owned) as amqp.Options.Publish;
 }
+
+/** What `decide` is told of a handler that resolved (one object for every delivery). */
+const RESOLVED: Happening = Object.freeze({ kind: 'resolved' });
 
 /** The first line of an error message, cut to 200 characters, for a log line's text (the whole message is a field). */
 function firstLine(message: string): string {

@@ -142,9 +142,9 @@ export function decide<T>(input: DecisionInput<T>): Decision {
   const run = failed + 1;
   switch (happened.kind) {
     case 'resolved':
-      return { kind: 'ack', duplicate: false };
+      return ACK;
     case 'duplicate':
-      return { kind: 'ack', duplicate: true };
+      return ACK_DUPLICATE;
     case 'invalid':
       return park(happened.reason, happened.error, run);
     case 'store-unavailable':
@@ -166,6 +166,10 @@ export function decide<T>(input: DecisionInput<T>): Decision {
       return afterFailure(input, happened.error);
   }
 }
+
+/** The decisions of a handler that resolved and of a duplicate: one object each, not one per delivery. */
+const ACK: Decision = Object.freeze({ kind: 'ack', duplicate: false });
+const ACK_DUPLICATE: Decision = Object.freeze({ kind: 'ack', duplicate: true });
 
 /** A copy that cannot carry its headers is parked with warren's essentials only, never tried again as it is. */
 function unencodable(intended: Decision): Decision {

@@ -3,7 +3,7 @@
  * back of the queue. Pure, so `warren/testing` shows the headers the consumer writes.
  */
 import { HEADER, MAX_HEADER_TABLE_BYTES, MAX_NAME_BYTES } from '../headers.js';
-import { describeFailure, failureHeaders, truncate } from '../park/failure.js';
+import { describeFailure, failureHeaders, truncate, type FailureInfo } from '../park/failure.js';
 import { fitHeaders } from '../park/message.js';
 import type { Decision } from './contract.js';
 
@@ -36,15 +36,16 @@ export type MoveDecision = Extract<Decision, { kind: 'retry' | 'park' | 'move-ba
  * The headers of the copy `decision` publishes, before the broker's own are dropped: the
  * delivery's headers, the origin, and for a retry or park the failure, the attempts and
  * the consumer (a park adds its reason and time). A `minimal` park gets
- * {@link minimalHeaders}.
+ * {@link minimalHeaders}. `failure`: the decision's error as {@link describeFailure}
+ * describes it, when the caller has described it already.
  */
-export function copyHeaders(decision: MoveDecision, headers: Readonly<Record<string, unknown>>, fields: DeliveryFields, consumer: string, now: Date): Record<string, unknown> {
+export function copyHeaders(decision: MoveDecision, headers: Readonly<Record<string, unknown>>, fields: DeliveryFields, consumer: string, now: Date, failure?: FailureInfo): Record<string, unknown> {
   if (decision.kind === 'move-back') return { ...headers, ...originHeaders(headers, fields), [HEADER.redeliveries]: decision.redeliveries };
-  if (decision.kind === 'park' && decision.minimal) return minimalHeaders(decision, headers, fields, consumer, now);
+  if (decision.kind === 'park' && decision.minimal) return minimalHeaders(decision, headers, fields, consumer, now, failure);
   const next: Record<string, unknown> = {
     ...headers,
     ...originHeaders(headers, fields),
-    ...failureHeaders(describeFailure(decision.error), headers, now),
+    ...failureHeaders(failure ?? describeFailure(decision.error), headers, now),
     [HEADER.attempts]: decision.attempts,
     [HEADER.consumer]: consumer,
   };
@@ -60,10 +61,10 @@ export function copyHeaders(decision: MoveDecision, headers: Readonly<Record<str
  * encoded or the failure path threw: warren's essentials, bounded small, and the
  * producer's headers (warren's old ones dropped). Producer headers that alone exceed
  * the limit are dropped, largest first, and named in `warren-dropped-headers`.
+ * `failure` as for {@link copyHeaders}.
  */
-export function minimalHeaders(decision: Extract<Decision, { kind: 'park' }>, headers: Readonly<Record<string, unknown>>, fields: DeliveryFields, consumer: string, now: Date): Record<string, unknown> {
+export function minimalHeaders(decision: Extract<Decision, { kind: 'park' }>, headers: Readonly<Record<string, unknown>>, fields: DeliveryFields, consumer: string, now: Date, failure: FailureInfo = describeFailure(decision.error)): Record<string, unknown> {
   const at = now.toISOString();
-  const failure = describeFailure(decision.error);
   const own: Record<string, unknown> = {
     ...originHeaders(headers, fields),
     [HEADER.consumer]: consumer,

@@ -19,8 +19,13 @@ export class HandlerRun<Tx> implements MessageContext<Tx> {
   private controller: AbortController | undefined;
   private abortReason: unknown;
   private aborted = false;
+  /** The run's own timer, when no {@link HandlerClock} keeps its time. */
   timer: NodeJS.Timeout | undefined;
   timedOut: ((error: Error) => void) | undefined;
+  /** performance.now() at which a {@link HandlerClock} expires the run; 0 while it is not armed. */
+  deadline = 0;
+  /** The run's place in its {@link HandlerClock}, -1 when it has none. */
+  slot = -1;
 
   constructor(
     readonly messageId: string | undefined,
@@ -58,8 +63,75 @@ function expireRun(run: HandlerRun<unknown>, consumer: string, timeoutMs: number
  * database (an outage, or another transaction holding SQLite) is the guard's to bound,
  * and must not be counted as a failed attempt.
  */
-function arm(run: HandlerRun<never>, timeoutMs: number, consumer: string): void {
-  if (run.timer === undefined) run.timer = setTimeout(expireRun, timeoutMs, run, consumer, timeoutMs);
+function arm(run: HandlerRun<never>, timeoutMs: number, consumer: string, clock: HandlerClock | undefined): void {
+  if (clock !== undefined) clock.arm(run);
+  else if (run.timer === undefined) run.timer = setTimeout(expireRun, timeoutMs, run, consumer, timeoutMs);
+}
+
+/**
+ * The clock of every run of one consumer: one timer for all of them, where a timer per
+ * run would be made and cleared for every message. Runs get the same `timeoutMs` and
+ * start in order, so their deadlines come in the order they are armed: the timer waits
+ * for the earliest deadline still armed, then expires what is due and waits for the
+ * next. A run that settles only leaves its slot; the timer that was waiting for it finds
+ * nothing due and moves on to the next deadline, so with messages flowing it fires
+ * about once per `timeoutMs`. The timer does not hold the process open (the connection
+ * does while the consumer runs).
+ */
+export class HandlerClock {
+  /** Armed runs, in slots a settled run frees (no Set: a Set rebuilds its table as runs come and go). */
+  private readonly runs: (HandlerRun<never> | undefined)[] = [];
+  private readonly free: number[] = [];
+  private timer: NodeJS.Timeout | undefined;
+  private readonly sweep = (): void => this.expireDue();
+
+  constructor(private readonly timeoutMs: number, private readonly consumer: string) {}
+
+  /** Starts `run`'s clock (once: a run armed already keeps its deadline). */
+  arm(run: HandlerRun<never>): void {
+    if (run.slot >= 0) return;
+    run.deadline = performance.now() + this.timeoutMs;
+    const slot = this.free.length > 0 ? (this.free.pop() as number) : this.runs.length;
+    this.runs[slot] = run;
+    run.slot = slot;
+    // A later run's deadline is never earlier than the one the timer waits for.
+    if (this.timer === undefined) this.wait(this.timeoutMs);
+  }
+
+  /** Stops `run`'s clock. */
+  disarm(run: HandlerRun<never>): void {
+    const slot = run.slot;
+    if (slot < 0) return;
+    this.runs[slot] = undefined;
+    this.free.push(slot);
+    run.slot = -1;
+  }
+
+  /** Stops the timer; runs still armed are not expired. */
+  stop(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+
+  private wait(ms: number): void {
+    this.timer = setTimeout(this.sweep, Math.max(1, Math.ceil(ms)));
+    this.timer.unref();
+  }
+
+  private expireDue(): void {
+    this.timer = undefined;
+    // A timer may fire a little before the deadline it was set for, by the clocks' rounding.
+    const now = performance.now() + 1;
+    let next = Infinity;
+    for (const run of this.runs) {
+      if (run === undefined) continue;
+      if (run.deadline <= now) {
+        this.disarm(run);
+        expireRun(run, this.consumer, this.timeoutMs);
+      } else if (run.deadline < next) next = run.deadline;
+    }
+    if (next !== Infinity) this.wait(next - performance.now());
+  }
 }
 
 /** Runs a guarded handler's work in the guard's transaction; rejects with {@link DuplicateDelivery} or {@link StoreOutage} for those. */
@@ -69,36 +141,39 @@ export type GuardRunner<Tx> = (work: (tx: Tx) => Promise<void>, signal: AbortSig
  * Runs `handler` once within `timeoutMs`: resolves when it resolves, rejects with what it
  * throws, or with a {@link HandlerTimeoutError} at the deadline (its signal aborted;
  * a handler that never settles is left behind). With `guard`, the handler runs in the
- * guard's transaction and its clock starts when the transaction has begun.
+ * guard's transaction and its clock starts when the transaction has begun. With `clock`,
+ * the consumer's {@link HandlerClock} keeps the time instead of a timer of the run's own.
  */
-export async function runHandler<T, Tx>(handler: Handler<T, Tx>, payload: T, run: HandlerRun<Tx>, timeoutMs: number, consumer: string, guard?: GuardRunner<Tx>): Promise<void> {
+export async function runHandler<T, Tx>(handler: Handler<T, Tx>, payload: T, run: HandlerRun<Tx>, timeoutMs: number, consumer: string, guard?: GuardRunner<Tx>, clock?: HandlerClock): Promise<void> {
   try {
-    let work: Promise<void>;
+    let work: unknown;
     if (guard) {
       work = guard(async (tx) => {
         run.tx = tx;
-        arm(run as HandlerRun<never>, timeoutMs, consumer);
+        arm(run as HandlerRun<never>, timeoutMs, consumer, clock);
         await handler(payload, run);
       }, run.signal);
     } else {
-      arm(run as HandlerRun<never>, timeoutMs, consumer);
-      work = callHandler(handler, payload, run);
+      arm(run as HandlerRun<never>, timeoutMs, consumer, clock);
+      // A synchronous throw is caught below, as a rejection would be.
+      work = handler(payload, run);
     }
     // One promise for "the work settled or the time ran out" (not a race of two):
     // this runs once per message. After a timeout the work may still settle; its
     // late rejection lands in `reject` of a settled promise and is not news.
     await new Promise<void>((resolve, reject) => {
       run.timedOut = reject;
-      work.then(resolve, reject);
+      if (isThenable(work)) work.then(resolve, reject);
+      else resolve();
     });
   } finally {
-    clearTimeout(run.timer);
+    if (clock !== undefined) clock.disarm(run as HandlerRun<never>);
+    else clearTimeout(run.timer);
   }
 }
 
-/** Runs the handler; a synchronous throw becomes a rejection. */
-async function callHandler<T, Tx>(handler: Handler<T, Tx>, payload: T, context: MessageContext<Tx>): Promise<void> {
-  await handler(payload, context);
+function isThenable(value: unknown): value is PromiseLike<void> {
+  return typeof value === 'object' && value !== null && typeof (value as { then?: unknown }).then === 'function';
 }
 
 /** The guard found the message's marker: the work was done before. */

@@ -88,12 +88,13 @@ export function failureHeaders(
   previous: Readonly<Record<string, unknown>>,
   now: Date,
 ): Record<string, string> {
+  const at = now.toISOString();
   return {
     [HEADER.errorClass]: truncate(failure.errorClass, MAX_ERROR_CLASS_CHARS),
     [HEADER.errorMessage]: truncate(failure.message, MAX_ERROR_MESSAGE_CHARS),
     [HEADER.errorStack]: truncate(failure.stack, MAX_STACK_FRAMES * (MAX_STACK_FRAME_CHARS + 1)),
-    [HEADER.firstFailedAt]: ownTime(previous[HEADER.firstFailedAt]) ?? now.toISOString(),
-    [HEADER.lastFailedAt]: now.toISOString(),
+    [HEADER.firstFailedAt]: ownTime(previous[HEADER.firstFailedAt]) ?? at,
+    [HEADER.lastFailedAt]: at,
   };
 }
 

@@ -271,6 +271,12 @@ export function isBrokerHeader(name: string): boolean {
   return name === 'x-death' || name === 'x-delivery-count' || name.startsWith('x-first-death-') || name.startsWith('x-last-death-');
 }
 
+/** True when `headers` holds one of the broker's own headers ({@link isBrokerHeader}). */
+export function hasBrokerHeader(headers: Readonly<Record<string, unknown>>): boolean {
+  for (const k in headers) if (isBrokerHeader(k)) return true;
+  return false;
+}
+
 /** A copy of `headers` without the broker's own headers. Pure. */
 export function withoutBrokerHeaders(headers: Readonly<Record<string, unknown>>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
@@ -371,10 +377,13 @@ export function refreshHeaders(headers: Readonly<Record<string, unknown>>): Reco
  * fate: expiration, user id (the broker rejects a user id that is not the publishing
  * connection's own), and the broker's own headers ({@link isBrokerHeader}). Every copy
  * warren publishes (a retry, a park, a crash-loop move, a put-back, a replay, a walk of a
- * parked queue) goes through here.
+ * parked queue) goes through here. `owned`: the caller made `headers` for this copy alone,
+ * so, when they hold none of the broker's headers, they are used as they are rather than
+ * copied once more (a retry hop copies its headers once).
  */
-export function copyProperties(p: RawMessage['properties'], headers: Readonly<Record<string, unknown>>): Record<string, unknown> & { headers: Record<string, unknown> } {
-  const out: Record<string, unknown> & { headers: Record<string, unknown> } = { headers: withoutBrokerHeaders(headers), persistent: true };
+export function copyProperties(p: RawMessage['properties'], headers: Readonly<Record<string, unknown>>, owned = false): Record<string, unknown> & { headers: Record<string, unknown> } {
+  const table = owned && !hasBrokerHeader(headers) ? (headers as Record<string, unknown>) : withoutBrokerHeaders(headers);
+  const out: Record<string, unknown> & { headers: Record<string, unknown> } = { headers: table, persistent: true };
   const keep = ['messageId', 'contentType', 'contentEncoding', 'correlationId', 'replyTo', 'timestamp', 'type', 'appId', 'priority'] as const;
   for (const k of keep) if (p[k] !== undefined && p[k] !== null) out[k] = p[k];
   return out;

@@ -10,6 +10,9 @@ export interface AttemptCount {
   readonly warning?: string;
 }
 
+/** The count of a first delivery (most deliveries): one object, not one per delivery. */
+const FIRST_DELIVERY: AttemptCount = Object.freeze({ failed: 0, source: 'none' });
+
 /** Largest count taken from a header; anything above is treated as "at the cap". */
 const MAX_COUNT = 1_000_000;
 
@@ -50,7 +53,7 @@ export function readAttempts(headers: Readonly<Record<string, unknown>> | undefi
   const raw = headers?.[HEADER.attempts];
   const fromDeaths = countDeaths(headers?.['x-death'], retryQueues);
   if (raw === undefined || raw === null) {
-    return fromDeaths > 0 ? { failed: fromDeaths, source: 'x-death' } : { failed: 0, source: 'none' };
+    return fromDeaths > 0 ? { failed: fromDeaths, source: 'x-death' } : FIRST_DELIVERY;
   }
   const n = asCount(raw);
   if (n === undefined) {
