@@ -6,7 +6,7 @@
  * broker other tests share.
  */
 import { describe, expect, it } from 'vitest';
-import { PublishNotConfirmedError, PublishNotSentError } from '../index.js';
+import { HEADER, PublishNotConfirmedError, PublishNotSentError } from '../index.js';
 import { AMQP_URL, connectWarren, depth, drain, onTeardown, rawConnection, sleep, testTopology, waitFor } from '../../test/helpers.js';
 import { BlockingProxy } from './testing/blocking-proxy.js';
 
@@ -88,6 +88,38 @@ describe('publishing under a resource alarm', () => {
     proxy.unblock();
     const { messageId } = await held;
     expect((await drain(await rawConnection(), queue)).map((m) => m.properties.messageId).slice(1)).toEqual([messageId]);
+  });
+
+  it('sends a publish held for a slot as it was at the call: its body, and the id and occurred-at of the call', async () => {
+    const { proxy, url } = await throughProxy();
+    const { topology, queue } = setup();
+    const warren = await connectWarren(topology, { url, publisher: { maxInFlight: 1, confirmTimeoutMs: 10_000 } });
+    onTeardown(async () => proxy.unblock());
+    await warren.publish('x', { n: 0 });
+    proxy.block('low on memory');
+    await waitFor(() => warren.publishConnection.blocked === 'low on memory', 'the client to hear connection.blocked');
+    const payload = { n: 1, items: ['a'] };
+    const calledFrom = Date.now();
+    // The first holds the one slot, unwritten while blocked; the second waits for the slot.
+    const held = [warren.publish('x', payload), warren.publish('x', payload, { exchange: topology.exchange })];
+    const calledTo = Date.now();
+    payload.n = 2;
+    payload.items.push('b');
+    // Written well after the call: a time taken at the write would show it.
+    await sleep(60);
+    proxy.unblock();
+    const ids = (await Promise.all(held)).map((r) => r.messageId);
+    const got = (await drain(await rawConnection(), queue)).slice(1);
+    expect(got.map((m) => m.properties.messageId)).toEqual(ids);
+    for (const m of got) {
+      expect(JSON.parse(m.content.toString())).toEqual({ n: 1, items: ['a'] });
+      const occurredAt = Date.parse(m.properties.headers?.[HEADER.occurredAt] as string);
+      expect(occurredAt).toBeGreaterThanOrEqual(calledFrom);
+      expect(occurredAt).toBeLessThanOrEqual(calledTo);
+      expect(m.properties.timestamp).toBe(Math.floor(occurredAt / 1000));
+      // A UUIDv7 starts with its milliseconds: those of the call.
+      expect(parseInt((m.properties.messageId as string).replace(/-/g, '').slice(0, 12), 16)).toBe(occurredAt);
+    }
   });
 
   it('bounds publishes that wait for a socket the broker stopped reading; those given up unwritten are never written later', async () => {

@@ -14,4 +14,13 @@ describe('uuidv7', () => {
     const id = uuidv7(Date.UTC(2026, 0, 1) + 7);
     expect(parseInt(id.replace(/-/g, '').slice(0, 12), 16)).toBeGreaterThanOrEqual(Date.UTC(2026, 0, 1));
   });
+  it('carries exactly the milliseconds it is made for, when later than any before', () => {
+    const ms = Date.now() + 1234;
+    const id = uuidv7(ms);
+    expect(parseInt(id.replace(/-/g, '').slice(0, 12), 16)).toBe(ms);
+    // Then the counter, from there on within that millisecond.
+    const next = uuidv7(ms);
+    expect(next.slice(0, 13)).toBe(id.slice(0, 13));
+    expect(parseInt(next.slice(15, 18), 16)).toBe((parseInt(id.slice(15, 18), 16) + 1) & 0xfff);
+  });
 });

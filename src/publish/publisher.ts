@@ -3,8 +3,8 @@ import type * as amqp from 'amqplib';
 import { BrokerUnreachableError, ClosedError, InvalidOptionError, PublishNackedError, PublishNotConfirmedError, PublishNotSentError, UnroutableError, type LateAnswer } from '../errors.js';
 import { toLogger, type Logger } from '../logger.js';
 import type { BrokerConnection } from '../connection/index.js';
-import { NO_OPTIONS, stampMessage, type PublishOptions } from './stamp.js';
-import { tracePublish } from '../trace/index.js';
+import { checkRoutingKey, encodePayload, hasDefaultProperties, messageIdOf, NO_OPTIONS, occurredAtOf, stampProperties, type PublishOptions } from './stamp.js';
+import { stampTrace, tracePublish } from '../trace/index.js';
 
 export type { PublishOptions };
 
@@ -53,7 +53,13 @@ export interface PublishReceipt {
 /**
  * One publish, from the call to its outcome: what to write, where it waits, and how it
  * settles. One object per publish, its methods on the prototype: no closures per
- * publish but the promise's and the confirm callback.
+ * publish but the promise's resolving functions and, once written, the confirm callback.
+ *
+ * A publish may wait for a slot behind thousands of others, so it keeps only what it
+ * must while it waits: the body (taken at the call: a payload changed after `publish()`
+ * does not change what is sent), the id, the time of the call and how to settle it. A
+ * plain `publish()` (no headers, occurred-at, correlation id, type or trace context) has
+ * its properties built from those when it is written, and dropped once they are.
  */
 class Outgoing {
   /** Neighbours in the publisher's list of written, unconfirmed publishes (write order). */
@@ -61,29 +67,52 @@ class Outgoing {
   next: Outgoing | undefined = undefined;
   /** True while in that list. */
   linked = false;
-  /** When it was written (Date.now()), for the confirm latency in `settled`. */
-  sentAt = 0;
+  settled = false;
+  /**
+   * When it was written (Date.now()), for the confirm latency in `settled`; undefined
+   * until then, so that a waiting publish holds no number of its own for it.
+   */
+  sentAt: number | undefined = undefined;
   /** Set by a basic.return, which comes before the confirm: `replyCode replyText`. */
   returned: string | undefined = undefined;
   /** Set when the deadline gave it up: takes the broker's answer if it still comes. */
   late: ((answer: LateAnswer) => void) | undefined = undefined;
-  settled = false;
+  /** The promise's, set by {@link capture} as the promise is made. */
+  resolve!: (value: PublishReceipt | undefined) => void;
+  reject!: (error: Error) => void;
 
   constructor(
     readonly exchange: string,
     readonly routingKey: string,
     readonly content: Buffer,
-    readonly properties: amqp.Options.Publish,
-    readonly deadline: number,
+    readonly messageId: string | undefined,
+    /** The AMQP properties, or undefined for a plain publish: built when written, from `messageId` and `at`. */
+    readonly properties: amqp.Options.Publish | undefined,
+    /** When `publish()` or `send()` was called (Date.now()): its deadline is `confirmTimeoutMs` later. */
+    readonly at: number,
     /** Resolve with a {@link PublishReceipt} (made at the confirm, not kept while waiting) rather than nothing. */
     readonly receipt: boolean,
-    readonly resolve: (value: PublishReceipt | undefined) => void,
-    readonly reject: (error: Error) => void,
   ) {}
+}
 
-  get messageId(): string | undefined {
-    return this.properties.messageId;
-  }
+/** The publish whose promise {@link capture} is about to take the resolving functions of. */
+let capturing: Outgoing | undefined;
+
+/**
+ * The executor of every publish's promise: one function for all, where a closure per
+ * publish would hold the publish (the executor runs within `new Promise`, synchronously).
+ */
+function capture(resolve: (value: PublishReceipt | undefined) => void, reject: (error: Error) => void): void {
+  const entry = capturing as Outgoing;
+  entry.resolve = resolve;
+  entry.reject = reject;
+}
+
+/** The properties a plain publish is written with (see {@link Outgoing}): built anew at each write. */
+function plainProperties(entry: Outgoing): amqp.Options.Publish {
+  const properties: amqp.Options.Publish = stampProperties(entry.messageId as string, entry.at, NO_OPTIONS);
+  properties.mandatory = true;
+  return properties;
 }
 
 const DEFAULTS = { maxInFlight: 1000, connectTimeoutMs: 10_000, confirmTimeoutMs: 30_000 } as const;
@@ -173,12 +202,13 @@ export class Publisher extends EventEmitter {
    * given up before it was written is never written.
    */
   private expire(): void {
-    const now = Date.now();
+    // Due: called `confirmTimeoutMs` or longer ago.
+    const due = Date.now() - this.confirmTimeoutMs;
     const blocked = this.connection.blocked;
     // Deadlines in the slot line rise from head to tail: stop at the first one not due.
     for (let i = this.slotHead; i < this.slotWaiters.length; i++) {
       const w = this.slotWaiters[i];
-      if (w && w.deadline > now) break;
+      if (w && w.at > due) break;
       if (w) {
         this.slotWaiters[i] = undefined;
         // Never held a slot: failing it frees none.
@@ -186,20 +216,20 @@ export class Publisher extends EventEmitter {
       }
     }
     this.skipEmptySlots();
-    if (this.writeWaiters.some((w) => w.deadline <= now)) {
+    if (this.writeWaiters.some((w) => w.at <= due)) {
       const keep: Outgoing[] = [];
-      const due: Outgoing[] = [];
-      for (const w of this.writeWaiters) (w.deadline > now ? keep : due).push(w);
+      const late: Outgoing[] = [];
+      for (const w of this.writeWaiters) (w.at > due ? keep : late).push(w);
       // The line is replaced before anyone is failed: a failure frees a slot, and the
       // publish that takes it may join the line at once.
       this.writeWaiters = keep;
       const reason = this.channel === undefined ? `no channel to write it on within ${this.confirmTimeoutMs} ms (the connection is away, or its channel did not open)` : `the connection's socket did not drain within ${this.confirmTimeoutMs} ms (the broker is not reading it)`;
-      for (const w of due) this.settle(w, this.notSent(w.messageId, reason, blocked));
+      for (const w of late) this.settle(w, this.notSent(w.messageId, reason, blocked));
     }
     // A publish given up here stays in the list until the broker answers it, so that a
     // late return is charged to it and not to a caller's retry with the same id.
     for (let entry = this.head; entry !== undefined; entry = entry.next) {
-      if (!entry.settled && entry.deadline <= now) {
+      if (!entry.settled && entry.at <= due) {
         const why = blocked === undefined ? 'it may be blocked by a memory or disk alarm' : `the broker blocked publishing on this connection: ${blocked}`;
         const given = entry;
         const late = new Promise<LateAnswer>((r) => (given.late = r));
@@ -267,7 +297,7 @@ export class Publisher extends EventEmitter {
     let first: Outgoing | undefined;
     let others: Outgoing[] | undefined;
     for (let entry = this.head; entry !== undefined; entry = entry.next) {
-      if (entry.returned === undefined && entry.properties.messageId === messageId && entry.exchange === exchange && entry.routingKey === routingKey) {
+      if (entry.returned === undefined && entry.messageId === messageId && entry.exchange === exchange && entry.routingKey === routingKey) {
         if (first === undefined) first = entry;
         else (others ??= []).push(entry);
       }
@@ -345,19 +375,37 @@ export class Publisher extends EventEmitter {
    */
   publish(routingKey: string, payload: unknown, options: PublishOptions = NO_OPTIONS): Promise<PublishReceipt> {
     const exchange = options.exchange ?? this.exchange;
-    return tracePublish(exchange, routingKey, (traceContext) => {
-      let stamped: ReturnType<typeof stampMessage>;
-      try {
-        stamped = stampMessage(routingKey, payload, options, traceContext);
-      } catch (error) {
-        return Promise.reject(error as Error);
+    return tracePublish(exchange, routingKey, (traceContext) => this.stampAndEnqueue(exchange, routingKey, payload, options, traceContext));
+  }
+
+  /**
+   * {@link publish}'s stamp, checked in the call: the body, the id and the time are
+   * taken now. The properties are built now only when the options or a trace context
+   * add to them (`tracePublish` hands a context only when an SDK is registered), and
+   * otherwise when the publish is written: a publish waiting for a slot holds no
+   * properties, headers or time text.
+   */
+  private stampAndEnqueue(exchange: string, routingKey: string, payload: unknown, options: PublishOptions, traceContext: unknown): Promise<PublishReceipt> {
+    const at = Date.now();
+    let content: Buffer;
+    let messageId: string;
+    let properties: amqp.Options.Publish | undefined;
+    try {
+      checkRoutingKey(routingKey, options);
+      content = Buffer.from(encodePayload(payload));
+      messageId = messageIdOf(options, at);
+      if (traceContext !== undefined || !hasDefaultProperties(options)) {
+        const stamped = stampProperties(messageId, occurredAtOf(options, at), options);
+        stampTrace(stamped.headers, traceContext);
+        // Fresh properties of our own: `mandatory` goes on them, no copy at the write.
+        stamped.mandatory = true;
+        properties = stamped;
       }
-      const { json, properties } = stamped;
-      // Fresh properties of our own: `mandatory` goes on them, no copy at the write.
-      properties.mandatory = true;
-      // The receipt is what the publish resolves with: no second promise to map to it.
-      return this.enqueue(exchange, routingKey, Buffer.from(json), properties, true) as Promise<PublishReceipt>;
-    });
+    } catch (error) {
+      return Promise.reject(error as Error);
+    }
+    // The receipt is what the publish resolves with: no second promise to map to it.
+    return this.enqueue(exchange, routingKey, content, messageId, properties, at, true) as Promise<PublishReceipt>;
   }
 
   /**
@@ -370,15 +418,17 @@ export class Publisher extends EventEmitter {
    * call, with no await in between. The deadline is kept by the publisher's one sweep.
    */
   send(message: OutgoingMessage): Promise<void> {
-    return this.enqueue(message.exchange, message.routingKey, message.content, message.properties, false) as Promise<unknown> as Promise<void>;
+    const properties = message.properties;
+    return this.enqueue(message.exchange, message.routingKey, message.content, properties.messageId, properties, Date.now(), false) as Promise<unknown> as Promise<void>;
   }
 
   /** {@link send}, resolving with a receipt (`receipt`) or nothing at the confirm. */
-  private enqueue(exchange: string, routingKey: string, content: Buffer, properties: amqp.Options.Publish, receipt: boolean): Promise<PublishReceipt | undefined> {
+  private enqueue(exchange: string, routingKey: string, content: Buffer, messageId: string | undefined, properties: amqp.Options.Publish | undefined, at: number, receipt: boolean): Promise<PublishReceipt | undefined> {
     if (this.closed) return Promise.reject(new ClosedError('The publisher'));
-    const deadline = Date.now() + this.confirmTimeoutMs;
-    let entry!: Outgoing;
-    const promise = new Promise<PublishReceipt | undefined>((resolve, reject) => (entry = new Outgoing(exchange, routingKey, content, properties, deadline, receipt, resolve, reject)));
+    const entry = new Outgoing(exchange, routingKey, content, messageId, properties, at, receipt);
+    capturing = entry;
+    const promise = new Promise<PublishReceipt | undefined>(capture);
+    capturing = undefined;
     if (this.inFlight < this.maxInFlight && this.slotHead === this.slotWaiters.length) {
       this.inFlight += 1;
       this.withSlot(entry);
@@ -430,7 +480,7 @@ export class Publisher extends EventEmitter {
     entry.settled = true;
     this.releaseSlot();
     if (error) entry.reject(error);
-    else entry.resolve(entry.receipt ? { messageId: entry.properties.messageId as string } : undefined);
+    else entry.resolve(entry.receipt ? { messageId: entry.messageId as string } : undefined);
     this.emitSettled(entry, error);
   }
 
@@ -448,7 +498,7 @@ export class Publisher extends EventEmitter {
    */
   private emitSettled(entry: Outgoing, error: Error | undefined): void {
     if (this.listenerCount('settled') === 0) return;
-    const since = entry.sentAt !== 0 ? entry.sentAt : entry.deadline - this.confirmTimeoutMs;
+    const since = entry.sentAt ?? entry.at;
     try {
       this.emit('settled', error, Date.now() - since);
     } catch {
@@ -478,7 +528,8 @@ export class Publisher extends EventEmitter {
   private publishOn(ch: amqp.ConfirmChannel, entry: Outgoing): void {
     entry.sentAt = Date.now();
     this.link(entry);
-    const properties = entry.properties.mandatory === true ? entry.properties : { ...entry.properties, mandatory: true };
+    const given = entry.properties;
+    const properties = given === undefined ? plainProperties(entry) : given.mandatory === true ? given : { ...given, mandatory: true };
     let writable: boolean;
     try {
       writable = ch.publish(entry.exchange, entry.routingKey, entry.content, properties, (err: unknown) => this.answer(ch, entry, err));
@@ -487,7 +538,7 @@ export class Publisher extends EventEmitter {
       // reports the close) the publish waits for the next channel, still within its
       // deadline; anything else (a property amqplib cannot encode) will never be written.
       this.unlink(entry);
-      entry.sentAt = 0;
+      entry.sentAt = undefined;
       if (this.channel === ch && isClosedError(error)) this.channel = undefined;
       if (this.channel !== ch) {
         if (this.closed) return this.settle(entry, new ClosedError('The publisher'));
@@ -566,7 +617,8 @@ function isClosedError(error: unknown): boolean {
 /** True when a returned message has the body and headers this publish was written with. */
 function sameMessage(entry: Outgoing, msg: amqp.Message): boolean {
   if (!entry.content.equals(msg.content)) return false;
-  return headerText(entry.properties.headers) === headerText(msg.properties.headers as Record<string, unknown> | undefined);
+  const headers = (entry.properties ?? plainProperties(entry)).headers as Record<string, unknown> | undefined;
+  return headerText(headers) === headerText(msg.properties.headers as Record<string, unknown> | undefined);
 }
 
 /** Headers as comparable text: keys sorted, bytes as text, what the wire drops (undefined) left out. */

@@ -44,36 +44,70 @@ export interface StampedMessage {
  * {@link InvalidOptionError} naming it.
  */
 export function stampMessage(routingKey: string, payload: unknown, options: PublishOptions = NO_OPTIONS, traceContext?: unknown): StampedMessage {
+  const now = Date.now();
+  checkRoutingKey(routingKey, options);
+  const json = encodePayload(payload);
+  const messageId = messageIdOf(options, now);
+  const properties = stampProperties(messageId, occurredAtOf(options, now), options);
+  stampTrace(properties.headers, traceContext);
+  return { messageId, json, properties };
+}
+
+/** Throws {@link InvalidOptionError} unless `routingKey` is one a message may be sent with (see {@link stampMessage}). */
+export function checkRoutingKey(routingKey: string, options: PublishOptions): void {
   // An empty key is a mistake on the default (topic) exchange, and normal on a fanout or headers one.
   const min = options.exchange !== undefined ? 0 : 1;
   // A key of 85 characters or fewer is at most 255 bytes: count bytes only past that.
   if (typeof routingKey !== 'string' || routingKey.length < min || (routingKey.length > 85 && Buffer.byteLength(routingKey, 'utf8') > 255)) {
     throw new InvalidOptionError('routingKey', `${JSON.stringify(routingKey)} is not a routing key of ${min} to 255 bytes in UTF-8`, min === 1 ? "An empty key is accepted only with an explicit `exchange` option (a fanout or headers exchange)." : undefined);
   }
-  let json: string;
+}
+
+/** The payload as JSON; {@link InvalidOptionError} when it has none. */
+export function encodePayload(payload: unknown): string {
   try {
     const encoded = JSON.stringify(payload);
     if (encoded === undefined) throw new TypeError('payload is undefined or a function');
-    json = encoded;
+    return encoded;
   } catch (error) {
     throw new InvalidOptionError('payload', `it cannot be encoded as JSON (${error instanceof Error ? error.message : String(error)})`);
   }
-  let messageId: string;
-  if (options.messageId == null) messageId = uuidv7();
-  else {
-    messageId = options.messageId;
-    // AMQP short strings: 255 bytes, which an outbox row over the bound could never be sent in.
-    if (typeof messageId !== 'string' || messageId.length === 0 || (messageId.length > 85 && Buffer.byteLength(messageId, 'utf8') > 255)) {
-      throw new InvalidOptionError('messageId', `${JSON.stringify(messageId)} is not a message id of 1 to 255 bytes in UTF-8`);
-    }
+}
+
+/** The message id given in `options` (checked), else a new UUIDv7 of the time `now`. */
+export function messageIdOf(options: PublishOptions, now: number): string {
+  if (options.messageId == null) return uuidv7(now);
+  const messageId = options.messageId;
+  // AMQP short strings: 255 bytes, which an outbox row over the bound could never be sent in.
+  if (typeof messageId !== 'string' || messageId.length === 0 || (messageId.length > 85 && Buffer.byteLength(messageId, 'utf8') > 255)) {
+    throw new InvalidOptionError('messageId', `${JSON.stringify(messageId)} is not a message id of 1 to 255 bytes in UTF-8`);
   }
-  let occurredAt: Date;
-  if (options.occurredAt == null) occurredAt = new Date();
-  else {
-    occurredAt = options.occurredAt;
-    if (!(occurredAt instanceof Date) || Number.isNaN(occurredAt.getTime())) throw new InvalidOptionError('occurredAt', 'expected a valid Date');
-  }
-  const iso = occurredAt.toISOString();
+  return messageId;
+}
+
+/** When the event happened, in milliseconds: `options.occurredAt` (checked), else `now`. */
+export function occurredAtOf(options: PublishOptions, now: number): number {
+  if (options.occurredAt == null) return now;
+  const occurredAt = options.occurredAt;
+  if (!(occurredAt instanceof Date) || Number.isNaN(occurredAt.getTime())) throw new InvalidOptionError('occurredAt', 'expected a valid Date');
+  return occurredAt.getTime();
+}
+
+/**
+ * True when `options` leave a message's properties to the defaults (no headers,
+ * occurred-at, correlation id or type): its properties then follow from its id and the
+ * time of the call alone, and can be built when the message is written.
+ */
+export function hasDefaultProperties(options: PublishOptions): boolean {
+  return options.headers === undefined && options.occurredAt == null && options.correlationId === undefined && options.type === undefined;
+}
+
+/**
+ * The AMQP properties of a message (see {@link stampMessage}), the trace context aside:
+ * a fresh object each call, with a copy of `options.headers`.
+ */
+export function stampProperties(messageId: string, occurredAt: number, options: PublishOptions): StampedMessage['properties'] {
+  const iso = new Date(occurredAt).toISOString();
   // The common case, no extra headers, as an object literal (`satisfies` checks the
   // name against HEADER): a spread with a computed key costs a copy loop.
   const headers: Record<string, unknown> = options.headers === undefined ? ({ 'warren-occurred-at': iso } satisfies Record<typeof HEADER.occurredAt, string>) : { ...options.headers, [HEADER.occurredAt]: iso };
@@ -81,12 +115,12 @@ export function stampMessage(routingKey: string, payload: unknown, options: Publ
     messageId,
     contentType: 'application/json',
     persistent: true,
-    timestamp: Math.floor(occurredAt.getTime() / 1000),
-    headers: stampTrace(headers, traceContext),
+    timestamp: Math.floor(occurredAt / 1000),
+    headers,
   };
   if (options.correlationId !== undefined) properties.correlationId = options.correlationId;
   if (options.type !== undefined) properties.type = options.type;
-  return { messageId, json, properties };
+  return properties;
 }
 
 /** The options of a publish given none: shared, never written to. */
