@@ -295,6 +295,7 @@ class Walk {
   private oldestPending = 0;
   /** The commit on its way, if any: nothing else is sent on the channel until it is back. */
   private inflight: Promise<void> | undefined;
+  private inflightDone = false;
   private commitError: unknown;
   private readonly returns: amqp.Message[] = [];
   private wake: (() => void) | undefined;
@@ -467,9 +468,10 @@ class Walk {
       if (d !== undefined) return d;
       if (this.broken) throw this.interrupted();
       if (this.received >= this.bound || this.dry) return undefined;
-      // Nothing to examine: commit meanwhile.
+      // Nothing to examine: commit meanwhile, or examine what arrives while a commit is on its way.
       if (this.inflight !== undefined) {
-        await this.settleInflight();
+        if (this.inflightDone) await this.settleInflight();
+        else await this.wait(IDLE_CHECK_MS);
         continue;
       }
       if (this.pending.length > 0 && (await this.flush())) continue;
@@ -632,9 +634,15 @@ class Walk {
       }
     }
     this.returns.length = 0;
-    this.inflight = this.commit(batch).catch((error: unknown) => {
-      this.commitError = error;
-    });
+    this.inflightDone = false;
+    this.inflight = this.commit(batch)
+      .catch((error: unknown) => {
+        this.commitError = error;
+      })
+      .finally(() => {
+        this.inflightDone = true;
+        this.wake?.();
+      });
     return true;
   }
 
