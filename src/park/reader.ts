@@ -71,7 +71,7 @@ export interface WalkOptions {
   maxScanned?: number;
   /** Stops the walk before the next message; what was examined is settled as usual. */
   signal?: AbortSignal;
-  /** Called once, before the first message is read, with the number of messages the walk will examine at most. */
+  /** Called once, before the first message is read, with the number of messages in the queue then: the walk examines no more. */
   onStart?: (total: number) => void;
 }
 
@@ -286,8 +286,9 @@ class Walk {
   /** The queue had nothing ready and the consumer was cancelled: nothing more will arrive. */
   private dry = false;
   private readonly failed: MoveFailure[] = [];
-  /** Received and not examined yet, in queue order. */
+  /** Received and not examined yet, in queue order: `buffer[head]` is the next. */
   private buffer: Delivery[] = [];
+  private head = 0;
   private consumer: Consumer | undefined;
   private consumers = 0;
   private prefetch = 0;
@@ -390,7 +391,7 @@ class Walk {
       const notExamined = exhausted ? 0 : Math.max(0, this.total - this.scanned);
       // Kept messages went to the back of a quorum queue, and what was read ahead cannot go
       // back in place: the unexamined ones follow them there.
-      if (this.s.quorum && notExamined > 0 && (this.kept > 0 || this.buffer.length > 0 || this.mayReceive())) await this.rotate();
+      if (this.s.quorum && notExamined > 0 && (this.kept > 0 || this.unread() > 0 || this.mayReceive())) await this.rotate();
       await this.cancelConsumer();
       await this.settle();
       if (this.unroutable && stopReason === 'end') stopReason = 'unroutable';
@@ -438,6 +439,24 @@ class Walk {
     return c.state === 'cancelled' ? 0 : c.settled + c.prefetch - c.delivered;
   }
 
+  private unread(): number {
+    return this.buffer.length - this.head;
+  }
+
+  private take(): Delivery | undefined {
+    if (this.head === this.buffer.length) return undefined;
+    const d = this.buffer[this.head] as Delivery;
+    this.head += 1;
+    if (this.head === this.buffer.length) {
+      this.buffer = [];
+      this.head = 0;
+    } else if (this.head >= 1024 && this.head * 2 >= this.buffer.length) {
+      this.buffer = this.buffer.slice(this.head);
+      this.head = 0;
+    }
+    return d;
+  }
+
   private mayReceive(): boolean {
     return this.consumer !== undefined && this.capacity(this.consumer) > 0;
   }
@@ -464,7 +483,7 @@ class Walk {
   private async next(abortable: boolean): Promise<Delivery | undefined | 'aborted'> {
     for (;;) {
       if (abortable && this.s.signal?.aborted) return 'aborted';
-      const d = this.buffer.shift();
+      const d = this.take();
       if (d !== undefined) return d;
       if (this.broken) throw this.interrupted();
       if (this.received >= this.bound || this.dry) return undefined;
@@ -476,7 +495,7 @@ class Walk {
       }
       if (this.pending.length > 0 && (await this.flush())) continue;
       await this.ensureConsumer();
-      if (this.buffer.length > 0) continue;
+      if (this.unread() > 0) continue;
       const before = this.received;
       await this.wait(IDLE_CHECK_MS);
       if (this.received === before && !this.broken && !(abortable && this.s.signal?.aborted)) await this.checkDry();
