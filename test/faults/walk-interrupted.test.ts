@@ -11,7 +11,7 @@ import { WalkInterruptedError } from '../../src/park/errors.js';
 import { replayParked } from '../../src/park/operations.js';
 import { walkParked } from '../../src/park/reader.js';
 import { declared, failures, peekIds, publishParked } from '../../src/park/testing/fixtures.js';
-import { connectRaw, drain, testTopology } from '../helpers.js';
+import { connectRaw, depth, drain, testTopology, waitFor } from '../helpers.js';
 
 function topologyOf(queueType: QueueType) {
   return testTopology(({ exchange, name }) => ({ exchange, queueType, consumers: { billing: { queue: name('billing'), bindings: ['order.*'] } } }));
@@ -42,6 +42,8 @@ describe.each<QueueType>(['classic', 'quorum'])('a walk that loses its connectio
     expect(error).toBeInstanceOf(WalkInterruptedError);
     expect(cut).toBe(true);
     const replayed = (await drain(conn, billing.queue)).map((m) => String(m.properties.messageId));
+    // The broker takes back what the lost connection held once it sees the connection go.
+    await waitFor(async () => (await depth(conn, billing.parkedQueue)) + replayed.length >= ids.length, 'the broker to take back what the walk held');
     const left = await peekIds(conn, billing.parkedQueue);
     // Every message once: replayed (committed before the cut) or parked.
     expect([...replayed, ...left].sort()).toEqual([...ids].sort());
@@ -69,6 +71,7 @@ describe.each<QueueType>(['classic', 'quorum'])('a walk that loses its connectio
     await expect(walk).rejects.toThrow(WalkInterruptedError);
     await expect(walk).rejects.toThrow(/no-such-exchange/);
     // The connection outlives the walk's channel; nothing was moved, so the queue holds every message.
+    await waitFor(async () => (await depth(conn, billing.parkedQueue)) >= ids.length, 'the broker to take back what the walk held');
     const left = await peekIds(conn, billing.parkedQueue);
     expect([...left].sort()).toEqual([...ids].sort());
     if (queueType === 'classic') expect(left).toEqual(ids);
