@@ -644,9 +644,8 @@ class Walk {
     const batch = n === this.pending.length ? this.pending : this.pending.slice(0, n);
     this.pending = n === this.pending.length ? [] : this.pending.slice(n);
     for (const change of batch) {
-      if (change.kind === 'copy') await this.publish(this.copyOf(change.d.m));
-      else if (change.kind === 'restore') await this.publish(this.copyOf(change.m));
-      else if (change.kind === 'move') await this.publish(change.to);
+      const to = change.kind === 'copy' ? this.copyOf(change.d.m) : change.kind === 'restore' ? this.copyOf(change.m) : change.kind === 'move' ? change.to : undefined;
+      if (to !== undefined && !this.publish(to)) await this.drained();
       if (change.kind !== 'restore') {
         this.ch.ack(change.d.m);
         change.d.from.settled += 1;
@@ -665,11 +664,15 @@ class Walk {
     return true;
   }
 
-  /** Publishes `to` with `mandatory`, waiting when the socket's buffer is full. */
-  private async publish(to: MoveTarget): Promise<void> {
+  /** Publishes `to` with `mandatory`; false when the socket's buffer is full (see {@link Walk.drained}). */
+  private publish(to: MoveTarget): boolean {
     if (this.broken) throw this.interrupted();
-    const writable = this.ch.publish(to.exchange, to.routingKey, to.content, { ...to.properties, mandatory: true });
-    if (!writable && !this.broken) {
+    return this.ch.publish(to.exchange, to.routingKey, to.content, { ...to.properties, mandatory: true });
+  }
+
+  /** Waits until the socket takes writes again (or the channel closes). */
+  private async drained(): Promise<void> {
+    if (!this.broken) {
       await new Promise<void>((resolve) => {
         const go = () => {
           this.ch.off('drain', go);
