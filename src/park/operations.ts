@@ -13,7 +13,7 @@ import { sleepUnless } from '../sleeper.js';
 export type ParkedTarget = Pick<ConsumerTopology, 'name' | 'queue' | 'parkedQueue' | 'queueType'>;
 
 /** Options shared by every operation on a parked queue. */
-export interface ParkedOperationOptions extends Omit<WalkOptions, 'queueType'> {
+export interface ParkedOperationOptions extends Omit<WalkOptions, 'queueType' | 'maxScanned'> {
   /** Which messages to act on; the others stay parked, in their order. @default every message */
   filter?: ParkedFilter;
   /** Act on at most this many matching messages, from the head of the queue. @default no limit */
@@ -36,9 +36,21 @@ function checkLimit(limit: number | undefined): void {
   if (limit !== undefined && (!Number.isInteger(limit) || limit < 1)) throw new InvalidOptionError('limit', `${limit} is not a whole number of at least 1`);
 }
 
-function walkOptions(target: ParkedTarget, options: ParkedOperationOptions): WalkOptions {
-  const { filter: _f, limit: _l, ...walk } = options;
-  return { ...walk, queueType: target.queueType };
+/**
+ * The walk's options. `everyMatch` says that every message examined counts against the
+ * limit (no filter, nothing set aside): then the walk reads no further than the limit.
+ */
+function walkOptions(target: ParkedTarget, options: ParkedOperationOptions, everyMatch = isEmptyFilter(options.filter ?? {})): WalkOptions {
+  const { filter: _f, limit, ...walk } = options;
+  return { ...walk, queueType: target.queueType, ...(everyMatch && limit !== undefined ? { maxScanned: limit } : {}) };
+}
+
+/**
+ * The read-ahead of a paced replay: ten minutes of messages at most, so that none waits
+ * near the broker's `consumer_timeout` (30 minutes by default) before its turn.
+ */
+function pacedReadAhead(ratePerSecond: number, maxInFlight: number | undefined): number {
+  return Math.max(1, Math.min(2 * (maxInFlight ?? 500), 65_535, Math.floor(ratePerSecond * 600)));
 }
 
 /**
@@ -232,10 +244,13 @@ export async function replayParked(model: amqp.ChannelModel, target: ParkedTarge
   delete rest.actor;
   delete rest.except;
   const onStart = options.onStart;
+  const everyMatch = isEmptyFilter(options.filter ?? {}) && (except === undefined || except.size === 0);
+  const paced = rate !== undefined && options.readAhead === undefined ? { readAhead: pacedReadAhead(rate, options.maxInFlight) } : {};
   let result: Awaited<ReturnType<typeof walkParked>>;
   try {
     result = await walkParked(model, target.parkedQueue, visit, {
-      ...walkOptions(target, rest),
+      ...walkOptions(target, rest, everyMatch),
+      ...paced,
       onStart: (n) => {
         total = n;
         onStart?.(n);
@@ -317,7 +332,7 @@ export async function purgeParked(model: amqp.ChannelModel, target: ParkedTarget
     }
     return verdict;
   };
-  const result = left === 0 && wanted !== undefined ? await emptyResult(model, target) : await walkParked(model, target.parkedQueue, visit, walkOptions(target, rest));
+  const result = left === 0 && wanted !== undefined ? await emptyResult(model, target) : await walkParked(model, target.parkedQueue, visit, walkOptions(target, rest, wanted === undefined && isEmptyFilter(rest.filter ?? {})));
   return { ...result, consumer: target.name, matched: state.matched, limitReached: state.limitReached, notFound: left };
 }
 

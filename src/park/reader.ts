@@ -52,9 +52,26 @@ export interface WalkOptions {
    * @default 50
    */
   maxCommitDelayMs?: number;
+  /**
+   * The most messages the broker sends ahead of the one being examined (the walk's
+   * prefetch). More keeps the walk busy while a batch is committed; fewer holds fewer
+   * messages unacknowledged at once, which matters when `visit` is slow (a paced replay):
+   * the broker closes the channel of a message held longer than its `consumer_timeout`
+   * (30 minutes by default), which interrupts the walk.
+   * @default twice maxInFlight, at most 65535
+   */
+  readAhead?: number;
+  /**
+   * Examine at most this many messages from the head: the walk stops after the last one
+   * (stop reason `stopped`) and reads none beyond it. For a visitor that will say `stop`
+   * by then anyway (a limit on every message), this also spares a quorum queue the
+   * rewrite of the messages read ahead and not examined.
+   * @default every message in the queue when the walk begins
+   */
+  maxScanned?: number;
   /** Stops the walk before the next message; what was examined is settled as usual. */
   signal?: AbortSignal;
-  /** Called once, before the first message is read, with the number of messages the walk will examine at most. */
+  /** Called once, before the first message is read, with the number of messages in the queue then: the walk examines no more. */
   onStart?: (total: number) => void;
 }
 
@@ -98,6 +115,10 @@ export interface WalkResult {
 }
 
 const DEFAULTS = { maxHeld: 10_000, maxInFlight: 500, maxCommitDelayMs: 50 } as const;
+/** The largest prefetch AMQP can carry (a 16-bit field). */
+const MAX_PREFETCH = 65_535;
+/** How long a walk waits for a delivery before it asks the broker whether the queue still has any. */
+const IDLE_CHECK_MS = 100;
 
 function wholeNumber(value: number | undefined, fallback: number, option: string, min: number, max: number): number {
   const v = value ?? fallback;
@@ -110,6 +131,8 @@ interface Settings {
   readonly maxHeld: number;
   readonly maxInFlight: number;
   readonly maxCommitDelayMs: number;
+  readonly readAhead: number;
+  readonly maxScanned: number;
   readonly signal: AbortSignal | undefined;
   readonly onStart: ((total: number) => void) | undefined;
 }
@@ -118,11 +141,14 @@ function settings(options: WalkOptions): Settings {
   if (options.queueType !== undefined && options.queueType !== 'classic' && options.queueType !== 'quorum') {
     throw new InvalidOptionError('queueType', `${JSON.stringify(options.queueType)} is not a queue type`, "Use 'classic' or 'quorum'.");
   }
+  const maxInFlight = wholeNumber(options.maxInFlight, DEFAULTS.maxInFlight, 'maxInFlight', 1, 100_000);
   return {
     quorum: options.queueType === 'quorum',
     maxHeld: wholeNumber(options.maxHeld, DEFAULTS.maxHeld, 'maxHeld', 1, 10_000_000),
-    maxInFlight: wholeNumber(options.maxInFlight, DEFAULTS.maxInFlight, 'maxInFlight', 1, 100_000),
+    maxInFlight,
     maxCommitDelayMs: wholeNumber(options.maxCommitDelayMs, DEFAULTS.maxCommitDelayMs, 'maxCommitDelayMs', 0, 60_000),
+    readAhead: wholeNumber(options.readAhead, Math.min(2 * maxInFlight, MAX_PREFETCH), 'readAhead', 1, MAX_PREFETCH),
+    maxScanned: wholeNumber(options.maxScanned, Number.MAX_SAFE_INTEGER, 'maxScanned', 1, Number.MAX_SAFE_INTEGER),
     signal: options.signal,
     onStart: options.onStart,
   };
@@ -132,14 +158,18 @@ function hasCode(error: unknown, code: number): boolean {
   return typeof error === 'object' && error !== null && (error as { code?: unknown }).code === code;
 }
 
+function isThenable<T>(value: T | Promise<T>): value is Promise<T> {
+  return typeof (value as { then?: unknown }).then === 'function';
+}
+
 function messageText(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
 
 /**
  * Works through a parked queue from its head, one message at a time, without losing,
- * duplicating or reordering what stays. It reads with `basic.get` (no auto-ack) on its
- * own channel in transaction mode and asks `visit` what to do with each message:
+ * duplicating or reordering what stays. It consumes the queue (no auto-ack) on its own
+ * channel in transaction mode and asks `visit` what to do with each message:
  *
  * - `keep`: on a classic queue the message is held unacknowledged, and when the walk
  *   ends the channel is closed and the broker puts it back in its old place. A quorum
@@ -163,7 +193,17 @@ function messageText(error: unknown): string {
  *
  * Only the messages in the queue when the walk begins are examined, so a message that
  * is parked while the walk runs (or again, after a replay that fails at once) is not
- * taken. Do not run two walks on one queue at once.
+ * taken. The broker sends up to {@link WalkOptions.readAhead} messages ahead of the one
+ * being examined, while earlier batches commit, but never more than that count in all:
+ * the prefetch only opens as far as the messages still to come, and acknowledgements
+ * that would open it further wait until the last of them has arrived and the consumer
+ * is cancelled. So a message parked during the walk (or a quorum queue's own copies at
+ * its back) is never delivered to it, and nothing is ever returned to a quorum queue
+ * out of order. When a walk stops early, the messages read ahead and not examined go
+ * back in place on a classic queue; on a quorum queue they and the rest of the
+ * messages it did not reach are copied to the back, as kept ones are (use
+ * {@link WalkOptions.maxScanned} when the number to examine is known, so that nothing
+ * is read ahead of it). Do not run two walks on one queue at once.
  *
  * @example
  * const result = await walkParked(model, 'billing.parked', (m) =>
@@ -182,42 +222,85 @@ export async function walkParked(
     await (ch as unknown as RpcChannel).rpc(TX.select, {}, TX.selectOk);
     return await walk.run(visit);
   } finally {
-    walk.closing = true;
+    walk.close();
     // Closing the channel discards an uncommitted batch and puts every held message back
     // (a classic queue: in its old place).
     await ch.close().catch(() => undefined);
   }
 }
 
-/** AMQP 0-9-1 transaction methods (class 90), which amqplib has no wrapper for. */
+/** AMQP 0-9-1 methods amqplib has no wrapper for: transactions (class 90), and a cancel that keeps the consumer's callback. */
 const TX = { select: 0x5a000a, selectOk: 0x5a000b, commit: 0x5a0014, commitOk: 0x5a0015 } as const;
+const BASIC_CANCEL = { cancel: 0x3c001e, cancelOk: 0x3c001f } as const;
 
 /** amqplib's channel RPC: send a method, wait for the expected reply. */
 interface RpcChannel {
-  rpc(method: number, fields: Record<string, never>, expect: number): Promise<unknown>;
+  rpc(method: number, fields: Record<string, unknown>, expect: number): Promise<unknown>;
+}
+
+/**
+ * One consumer of the walk. The broker sends it at most `prefetch` messages more than
+ * the acknowledgements committed for it, so what may still arrive is
+ * `settled + prefetch - delivered` ({@link Walk.capacity}) until it is cancelled.
+ */
+interface Consumer {
+  readonly tag: string;
+  readonly prefetch: number;
+  /** Deliveries received. */
+  delivered: number;
+  /** Acknowledgements sent to be committed (counted when sent: the broker may apply them as soon as it reads the commit). */
+  settled: number;
+  /** `cancelled` once cancel-ok is in: nothing more arrives for it, and its acknowledgements open nothing. */
+  state: 'open' | 'cancelling' | 'cancelled';
+  cancelled?: Promise<void>;
+}
+
+/** A message received, with the consumer that received it. */
+interface Delivery {
+  readonly m: amqp.ConsumeMessage;
+  readonly from: Consumer;
 }
 
 /** One uncommitted change. */
 type Change =
-  | { readonly kind: 'remove'; readonly m: amqp.GetMessage }
-  | { readonly kind: 'copy'; readonly m: amqp.GetMessage }
-  | { readonly kind: 'move'; readonly m: amqp.GetMessage; readonly position: number; readonly to: MoveTarget }
-  | { readonly kind: 'restore'; readonly m: amqp.GetMessage };
+  | { readonly kind: 'remove'; readonly d: Delivery }
+  | { readonly kind: 'copy'; readonly d: Delivery }
+  | { readonly kind: 'move'; readonly d: Delivery; readonly position: number; readonly to: MoveTarget }
+  | { readonly kind: 'restore'; readonly m: amqp.ConsumeMessage };
+
+let walks = 0;
 
 class Walk {
-  closing = false;
+  private closing = false;
   private closedReason: string | undefined;
   private total = 0;
+  /** The most messages the walk may receive in all: it never lets the broker send more. */
+  private bound = 0;
+  private received = 0;
   private scanned = 0;
   private kept = 0;
   private removed = 0;
   private moved = 0;
   private copied = 0;
   private unroutable = false;
+  /** The queue had nothing ready and the consumer was cancelled: nothing more will arrive. */
+  private dry = false;
   private readonly failed: MoveFailure[] = [];
+  /** Received and not examined yet, in queue order: `buffer[head]` is the next. */
+  private buffer: Delivery[] = [];
+  private head = 0;
+  private consumer: Consumer | undefined;
+  private consumers = 0;
+  private prefetch = 0;
   private pending: Change[] = [];
   private oldestPending = 0;
+  /** The commit on its way, if any: nothing else is sent on the channel until it is back. */
+  private inflight: Promise<void> | undefined;
+  private inflightDone = false;
+  private commitError: unknown;
   private readonly returns: amqp.Message[] = [];
+  private wake: (() => void) | undefined;
+  private readonly id = ++walks;
 
   constructor(
     private readonly ch: amqp.Channel,
@@ -226,14 +309,20 @@ class Walk {
   ) {
     ch.on('error', (err: Error) => {
       this.closedReason ??= err.message;
+      this.wake?.();
     });
     ch.on('close', () => {
       if (!this.closing) this.closedReason ??= 'the channel closed';
+      this.wake?.();
     });
     // In a transaction the broker returns an unroutable message at the commit, before commit-ok.
     ch.on('return', (msg: amqp.Message) => {
       this.returns.push(msg);
     });
+  }
+
+  close(): void {
+    this.closing = true;
   }
 
   private get broken(): boolean {
@@ -247,12 +336,18 @@ class Walk {
       if (hasCode(error, 404)) throw new QueueNotFoundError(this.queue, { cause: error });
       throw error;
     }
+    this.bound = Math.min(this.total, this.s.maxScanned);
     this.s.onStart?.(this.total);
+    const onAbort = () => this.wake?.();
+    this.s.signal?.addEventListener('abort', onAbort);
     let stopReason: StopReason = 'end';
     let exhausted = false;
     try {
-      while (this.scanned < this.total) {
-        if (this.pending.length > 0 && Date.now() - this.oldestPending >= this.s.maxCommitDelayMs) await this.commit();
+      for (;;) {
+        if (this.scanned >= this.bound) {
+          if (this.scanned < this.total) stopReason = 'stopped';
+          break;
+        }
         if (this.s.signal?.aborted) {
           stopReason = 'aborted';
           break;
@@ -265,8 +360,12 @@ class Walk {
           stopReason = 'max-held';
           break;
         }
-        const m = await this.ch.get(this.queue, { noAck: false });
-        if (m === false) {
+        const d = await this.next(true);
+        if (d === 'aborted') {
+          stopReason = 'aborted';
+          break;
+        }
+        if (d === undefined) {
           exhausted = true;
           break;
         }
@@ -274,25 +373,28 @@ class Walk {
         const position = this.scanned;
         let verdict: Verdict;
         try {
-          verdict = await visit(toParkedMessage(m, position));
+          const answer = visit(toParkedMessage(d.m, position));
+          verdict = isThenable(answer) ? await answer : answer;
         } catch (error) {
-          this.keep(m);
+          this.keep(d);
           throw error;
         }
-        if (verdict.action === 'keep') this.keep(m);
-        else if (verdict.action === 'remove') this.change({ kind: 'remove', m });
-        else this.change({ kind: 'move', m, position, to: verdict.to });
-        if (this.pending.length >= this.s.maxInFlight) await this.commit();
+        if (verdict.action === 'keep') this.keep(d);
+        else if (verdict.action === 'remove') this.change({ kind: 'remove', d });
+        else this.change({ kind: 'move', d, position, to: verdict.to });
+        if (this.pending.length >= this.s.maxInFlight || (this.pending.length > 0 && Date.now() - this.oldestPending >= this.s.maxCommitDelayMs)) await this.flush();
         if (verdict.stop) {
           stopReason = this.s.signal?.aborted ? 'aborted' : 'stopped';
           break;
         }
       }
-      await this.commit();
-      if (this.unroutable && stopReason === 'end') stopReason = 'unroutable';
       const notExamined = exhausted ? 0 : Math.max(0, this.total - this.scanned);
-      // Kept messages went to the back of a quorum queue: the unexamined ones follow them there.
-      if (this.s.quorum && notExamined > 0 && this.copied > 0) await this.rotate(notExamined);
+      // Kept messages went to the back of a quorum queue, and what was read ahead cannot go
+      // back in place: the unexamined ones follow them there.
+      if (this.s.quorum && notExamined > 0 && (this.kept > 0 || this.unread() > 0 || this.mayReceive())) await this.rotate();
+      await this.cancelConsumer();
+      await this.settle();
+      if (this.unroutable && stopReason === 'end') stopReason = 'unroutable';
       return {
         queue: this.queue,
         total: this.total,
@@ -309,13 +411,17 @@ class Walk {
       if (error instanceof WalkInterruptedError) throw error;
       if (this.broken) throw this.interrupted(error);
       // Settle what was decided before the error; closing the channel puts back the rest.
-      await this.commit().catch(() => undefined);
+      await this.cancelConsumer()
+        .then(() => this.settle())
+        .catch(() => undefined);
       throw error;
+    } finally {
+      this.s.signal?.removeEventListener('abort', onAbort);
     }
   }
 
   private interrupted(cause?: unknown): WalkInterruptedError {
-    return new WalkInterruptedError(this.queue, this.closedReason ?? 'unknown reason', this.moved, this.removed, { cause });
+    return new WalkInterruptedError(this.queue, this.closedReason ?? 'unknown reason', this.moved, this.removed, cause === undefined ? undefined : { cause });
   }
 
   private change(c: Change): void {
@@ -323,25 +429,250 @@ class Walk {
     this.pending.push(c);
   }
 
-  private keep(m: amqp.GetMessage): void {
+  private keep(d: Delivery): void {
     this.kept += 1;
-    if (this.s.quorum) this.change({ kind: 'copy', m });
+    if (this.s.quorum) this.change({ kind: 'copy', d });
   }
 
-  private async rotate(count: number): Promise<void> {
-    for (let i = 0; i < count; i++) {
-      const m = await this.ch.get(this.queue, { noAck: false });
-      if (m === false) break;
-      this.change({ kind: 'copy', m });
-      if (this.pending.length >= this.s.maxInFlight) await this.commit();
+  /** What may still arrive for `c`: its prefetch, less what it holds that is not settled. */
+  private capacity(c: Consumer): number {
+    return c.state === 'cancelled' ? 0 : c.settled + c.prefetch - c.delivered;
+  }
+
+  private unread(): number {
+    return this.buffer.length - this.head;
+  }
+
+  private take(): Delivery | undefined {
+    if (this.head === this.buffer.length) return undefined;
+    const d = this.buffer[this.head] as Delivery;
+    this.head += 1;
+    if (this.head === this.buffer.length) {
+      this.buffer = [];
+      this.head = 0;
+    } else if (this.head >= 1024 && this.head * 2 >= this.buffer.length) {
+      this.buffer = this.buffer.slice(this.head);
+      this.head = 0;
     }
-    await this.commit();
+    return d;
   }
 
-  /** Publishes `to` with `mandatory`, waiting when the socket's buffer is full. */
-  private async publish(to: MoveTarget): Promise<void> {
-    const writable = this.ch.publish(to.exchange, to.routingKey, to.content, { ...to.properties, mandatory: true });
-    if (!writable && !this.broken) {
+  private mayReceive(): boolean {
+    return this.consumer !== undefined && this.capacity(this.consumer) > 0;
+  }
+
+  private deliver(c: Consumer, m: amqp.ConsumeMessage | null): void {
+    if (m === null) {
+      // The broker cancelled the consumer: the queue was deleted, or its leader is gone.
+      this.closedReason ??= `the broker cancelled the walk's consumer of '${this.queue}'`;
+    } else {
+      c.delivered += 1;
+      this.received += 1;
+      this.buffer.push({ m, from: c });
+      // Everything the walk may take has arrived: cancel, so that acknowledgements open nothing more.
+      if (this.received >= this.bound && c.state === 'open') void this.cancel(c);
+    }
+    this.wake?.();
+  }
+
+  /**
+   * The next message to examine, in queue order; `undefined` when no more will come.
+   * While there is none, it commits what is decided, keeps a consumer that can receive,
+   * and waits.
+   */
+  private async next(abortable: boolean): Promise<Delivery | undefined | 'aborted'> {
+    for (;;) {
+      if (abortable && this.s.signal?.aborted) return 'aborted';
+      const d = this.take();
+      if (d !== undefined) return d;
+      if (this.broken) throw this.interrupted();
+      if (this.received >= this.bound || this.dry) return undefined;
+      // Nothing to examine: commit meanwhile, or examine what arrives while a commit is on its way.
+      if (this.inflight !== undefined) {
+        if (this.inflightDone) await this.settleInflight();
+        else await this.wait(IDLE_CHECK_MS);
+        continue;
+      }
+      if (this.pending.length > 0 && (await this.flush())) continue;
+      await this.ensureConsumer();
+      if (this.unread() > 0) continue;
+      const before = this.received;
+      await this.wait(IDLE_CHECK_MS);
+      if (this.received === before && !this.broken && !(abortable && this.s.signal?.aborted)) await this.checkDry();
+    }
+  }
+
+  private wait(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.wake = undefined;
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.wake = done;
+    });
+  }
+
+  /**
+   * A consumer that can receive: the current one while it may; else (a classic queue
+   * whose prefetch is all held by kept messages) a new one, after the old one is
+   * cancelled, with a prefetch no larger than what the walk may still take.
+   */
+  private async ensureConsumer(): Promise<void> {
+    const old = this.consumer;
+    if (old !== undefined && this.capacity(old) > 0) return;
+    if (old !== undefined) {
+      await this.cancel(old);
+      if (this.broken) throw this.interrupted();
+    }
+    const prefetch = Math.min(this.s.readAhead, this.bound - this.received);
+    if (prefetch !== this.prefetch) {
+      await this.ch.prefetch(prefetch);
+      this.prefetch = prefetch;
+    }
+    const c: Consumer = { tag: `warren-walk-${process.pid}-${this.id}-${++this.consumers}`, prefetch, delivered: 0, settled: 0, state: 'open' };
+    this.consumer = c;
+    await this.ch.consume(this.queue, (m) => this.deliver(c, m), { noAck: false, consumerTag: c.tag });
+  }
+
+  /**
+   * Cancels `c` and keeps its callback: a delivery that crosses the cancel is kept (and
+   * returned when the channel closes) instead of closing the channel as unknown.
+   */
+  private cancel(c: Consumer): Promise<void> {
+    if (c.cancelled === undefined) {
+      c.state = 'cancelling';
+      c.cancelled = (this.ch as unknown as RpcChannel).rpc(BASIC_CANCEL.cancel, { consumerTag: c.tag, nowait: false }, BASIC_CANCEL.cancelOk).then(
+        () => {
+          c.state = 'cancelled';
+        },
+        (error: unknown) => {
+          this.closedReason ??= messageText(error);
+        },
+      );
+    }
+    return c.cancelled;
+  }
+
+  private async cancelConsumer(): Promise<void> {
+    if (this.consumer === undefined || this.broken) return;
+    await this.cancel(this.consumer);
+    if (this.broken) throw this.interrupted();
+  }
+
+  /**
+   * Nothing arrived for a while: if the queue has nothing ready (another reader took the
+   * rest, or it expired), cancel; what was on its way arrives before cancel-ok.
+   */
+  private async checkDry(): Promise<void> {
+    const ready = (await this.ch.checkQueue(this.queue)).messageCount;
+    if (ready > 0 || this.received >= this.bound) return;
+    await this.cancelConsumer();
+    this.dry = true;
+  }
+
+  /**
+   * Copies every message the walk did not examine to the back, in order: those read
+   * ahead, then the rest of the messages that were in the queue when it began.
+   */
+  private async rotate(): Promise<void> {
+    this.bound = this.total;
+    for (;;) {
+      const d = await this.next(false);
+      if (d === undefined || d === 'aborted') break;
+      this.change({ kind: 'copy', d });
+      if (this.pending.length >= this.s.maxInFlight) await this.flush();
+    }
+  }
+
+  /** Commits everything decided, and waits for it. */
+  private async settle(): Promise<void> {
+    for (;;) {
+      await this.settleInflight();
+      if (this.pending.length === 0) return;
+      if (!(await this.flush())) await this.cancelConsumer();
+    }
+  }
+
+  private async settleInflight(): Promise<void> {
+    const inflight = this.inflight;
+    if (inflight !== undefined) {
+      this.inflight = undefined;
+      await inflight;
+    }
+    if (this.commitError !== undefined) throw this.commitError;
+    if (this.broken) throw this.interrupted();
+  }
+
+  /**
+   * How many pending changes, from the first, can be committed now: all of them, but
+   * that an acknowledgement for the open consumer opens its prefetch by one, which must
+   * not let the broker send more than the walk may still take.
+   */
+  private committable(limit: number): number {
+    const c = this.consumer;
+    let allowance = c === undefined || c.state === 'cancelled' ? Infinity : this.bound - this.received - this.capacity(c);
+    for (let n = 0; n < limit; n++) {
+      const change = this.pending[n] as Change;
+      if (change.kind !== 'restore' && change.d.from === c && allowance !== Infinity) {
+        if (allowance <= 0) return n;
+        allowance -= 1;
+      }
+    }
+    return limit;
+  }
+
+  /**
+   * Sends the next batch of pending changes (publishes, then acknowledgements) and its
+   * `tx.commit`, once the commit before it is back; returns false when none can be sent
+   * yet (see {@link Walk.committable}). The broker applies a batch in full or, if the
+   * channel closes first, not at all.
+   */
+  private async flush(): Promise<boolean> {
+    await this.settleInflight();
+    if (this.pending.length === 0) return false;
+    const limit = Math.min(this.pending.length, this.s.maxInFlight);
+    let n = this.committable(limit);
+    const c = this.consumer;
+    if (n === 0 && c?.state === 'cancelling') {
+      await c.cancelled;
+      if (this.broken) throw this.interrupted();
+      n = this.committable(limit);
+    }
+    if (n === 0) return false;
+    const batch = n === this.pending.length ? this.pending : this.pending.slice(0, n);
+    this.pending = n === this.pending.length ? [] : this.pending.slice(n);
+    for (const change of batch) {
+      const to = change.kind === 'copy' ? this.copyOf(change.d.m) : change.kind === 'restore' ? this.copyOf(change.m) : change.kind === 'move' ? change.to : undefined;
+      if (to !== undefined && !this.publish(to)) await this.drained();
+      if (change.kind !== 'restore') {
+        this.ch.ack(change.d.m);
+        change.d.from.settled += 1;
+      }
+    }
+    this.returns.length = 0;
+    this.inflightDone = false;
+    this.inflight = this.commit(batch)
+      .catch((error: unknown) => {
+        this.commitError = error;
+      })
+      .finally(() => {
+        this.inflightDone = true;
+        this.wake?.();
+      });
+    return true;
+  }
+
+  /** Publishes `to` with `mandatory`; false when the socket's buffer is full (see {@link Walk.drained}). */
+  private publish(to: MoveTarget): boolean {
+    if (this.broken) throw this.interrupted();
+    return this.ch.publish(to.exchange, to.routingKey, to.content, { ...to.properties, mandatory: true });
+  }
+
+  /** Waits until the socket takes writes again (or the channel closes). */
+  private async drained(): Promise<void> {
+    if (!this.broken) {
       await new Promise<void>((resolve) => {
         const go = () => {
           this.ch.off('drain', go);
@@ -355,44 +686,36 @@ class Walk {
   }
 
   /** A copy of `m` for the back of its own queue. */
-  private copyOf(m: amqp.GetMessage): MoveTarget {
+  private copyOf(m: amqp.Message): MoveTarget {
     return { exchange: '', routingKey: this.queue, content: m.content, properties: copyProperties(m.properties, refreshHeaders(m.properties.headers ?? {})) };
   }
 
   /**
-   * Sends the pending batch (publishes, then acknowledgements) and commits it: the
-   * broker applies all of it or, if the channel closes first, none of it.
+   * Waits for the batch's commit-ok and counts what it did. A move the broker returned
+   * had its original acknowledged in the same commit, so the original is put back in
+   * the queue (at its back) ahead of the next batch.
    */
-  private async commit(): Promise<void> {
-    if (this.broken) throw this.interrupted();
-    const batch = this.pending;
-    if (batch.length === 0) return;
-    this.pending = [];
-    for (const c of batch) {
-      if (c.kind === 'copy' || c.kind === 'restore') await this.publish(this.copyOf(c.m));
-      else if (c.kind === 'move') await this.publish(c.to);
-      if (c.kind !== 'restore') this.ch.ack(c.m);
-    }
-    this.returns.length = 0;
+  private async commit(batch: readonly Change[]): Promise<void> {
     try {
       await (this.ch as unknown as RpcChannel).rpc(TX.commit, {}, TX.commitOk);
     } catch (error) {
       this.closedReason ??= messageText(error);
       throw this.interrupted(error);
     }
+    let moves = 0;
     for (const c of batch) {
       if (c.kind === 'remove') this.removed += 1;
       else if (c.kind === 'copy') this.copied += 1;
+      else if (c.kind === 'move') moves += 1;
     }
-    const moves = batch.filter((c): c is Extract<Change, { kind: 'move' }> => c.kind === 'move');
     if (this.returns.length === 0) {
-      this.moved += moves.length;
+      this.moved += moves;
       return;
     }
-    // A move the broker returned: its original was acknowledged in the same commit, so
-    // put it back in the queue (at its back) in the next one.
     const returned = this.returns.splice(0);
-    for (const move of moves) {
+    const restores: Change[] = [];
+    for (const move of batch) {
+      if (move.kind !== 'move') continue;
       const i = returned.findIndex((r) => r.fields.routingKey === move.to.routingKey && r.properties.messageId === move.to.properties.messageId && r.content.equals(move.to.content));
       if (i < 0) {
         this.moved += 1;
@@ -403,11 +726,14 @@ class Walk {
       this.unroutable = true;
       this.failed.push({
         position: move.position,
-        messageId: typeof move.m.properties.messageId === 'string' ? move.m.properties.messageId : undefined,
+        messageId: typeof move.d.m.properties.messageId === 'string' ? move.d.m.properties.messageId : undefined,
         error: `the broker returned it (${f.replyCode ?? 312} ${f.replyText ?? 'NO_ROUTE'}): no queue '${move.to.routingKey}' to route to via exchange '${f.exchange || '(default)'}'; it is parked again, at the back of the queue`,
       });
-      this.change({ kind: 'restore', m: move.m });
+      restores.push({ kind: 'restore', m: move.d.m });
     }
-    await this.commit();
+    if (restores.length > 0) {
+      if (this.pending.length === 0) this.oldestPending = Date.now();
+      this.pending.unshift(...restores);
+    }
   }
 }
