@@ -18,6 +18,8 @@
  *     unconfirmed, the one the burst pattern was first measured against. It is not the
  *     same caller pattern (its caller never holds 20,000 promises, nor 20,000 bodies
  *     stamped at the call), so its ratio is printed for reference, without a goal.
+ *   A fourth side is warren as an application gets it, with no publisher option
+ *   (`maxInFlight` 1,000), against the same caller pattern.
  *
  * Rounds alternate bare and warren (in burst, the two bare baselines and warren take
  * turns going first), and the median of each side is reported with the ratio, so drift
@@ -54,12 +56,16 @@ const ROUTING_KEY = 'bench.order';
 const PAYLOAD = { orderId: 0, customer: 'c-000042', items: [{ sku: 'SKU-1', qty: 2 }], note: 'x'.repeat(120) };
 
 type Pattern = 'window' | 'serial' | 'burst';
-/** warren, the bare baseline of the same caller pattern, and (burst only) the bare 256-pump. */
-type Side = 'warren' | 'bare' | 'bare-pump';
-const SIDES: readonly Side[] = ['warren', 'bare', 'bare-pump'];
+/**
+ * warren, the bare baseline of the same caller pattern, and (burst only) the bare
+ * 256-pump and warren with its default `maxInFlight` (1,000).
+ */
+type Side = 'warren' | 'warren-default' | 'bare' | 'bare-pump';
+const SIDES: readonly Side[] = ['warren', 'warren-default', 'bare', 'bare-pump'];
 /** How a baseline is named in the rows. */
 const BASELINE: Record<Side, string> = {
   warren: 'warren',
+  'warren-default': 'warren, default maxInFlight 1,000',
   bare: 'bare ConfirmChannel, same caller pattern',
   'bare-pump': `bare ConfirmChannel, ${WINDOW}-pump`,
 };
@@ -178,6 +184,8 @@ async function benchBroker(url: string, log: (line: string) => void): Promise<Be
   const topology: Topology = defineTopology({ exchange: `${prefix}.events`, consumers: { [`${prefix}.work`]: { bindings: ['bench.#'] } } });
   const queue = [...topology.consumers.values()][0]?.queue as string;
   const warren = await Warren.connect({ url, topology, publisher: { maxInFlight: WINDOW } });
+  // The same publisher as an application gets it: no publisher options at all.
+  const warrenDefault = await Warren.connect({ url, topology });
   const conn = await amqp.connect(url, { noDelay: true });
   const rows: BenchRow[] = [];
   try {
@@ -188,14 +196,15 @@ async function benchBroker(url: string, log: (line: string) => void): Promise<Be
     const version = String((conn.connection as unknown as { serverProperties?: { version?: string } }).serverProperties?.version ?? '?');
     const sizes: Record<Pattern, number> = { window: MESSAGES, serial: SERIAL, burst: MESSAGES };
     /** Who runs a pattern: warren, and the bare baselines of that caller pattern (burst has two). */
-    const sides: Record<Pattern, readonly Side[]> = { window: ['warren', 'bare'], serial: ['warren', 'bare'], burst: ['warren', 'bare', 'bare-pump'] };
+    const sides: Record<Pattern, readonly Side[]> = { window: ['warren', 'bare'], serial: ['warren', 'bare'], burst: ['warren', 'bare', 'bare-pump', 'warren-default'] };
     // Client CPU per message beside the rate: on a loaded machine the rate follows the
     // broker's share of the cores, the CPU this process spends per message does not.
-    const cpu: Record<Side, Record<Pattern, number[]>> = { warren: { window: [], serial: [], burst: [] }, bare: { window: [], serial: [], burst: [] }, 'bare-pump': { window: [], serial: [], burst: [] } };
+    const cpu: Record<Side, Record<Pattern, number[]>> = { warren: { window: [], serial: [], burst: [] }, 'warren-default': { window: [], serial: [], burst: [] }, bare: { window: [], serial: [], burst: [] }, 'bare-pump': { window: [], serial: [], burst: [] } };
     const run = async (who: Side, pattern: Pattern, n: number): Promise<number> => {
       const cpuStart = process.cpuUsage();
       const started = performance.now();
       if (who === 'warren') await warrenRun(warren, pattern, n);
+      else if (who === 'warren-default') await warrenRun(warrenDefault, pattern, n);
       else if (who === 'bare-pump') await barePump(ch, topology.exchange, n);
       else if (pattern === 'serial') await bareSerial(ch, topology.exchange, n);
       else if (pattern === 'window') await bareWindow(ch, topology.exchange, n);
@@ -223,14 +232,22 @@ async function benchBroker(url: string, log: (line: string) => void): Promise<Be
         for (const who of order) (rates.get(who) as number[]).push(got.get(who) as number);
         const parts = [`warren ${Math.round(w)}/s`];
         for (const who of order.slice(1)) {
+          if (who === 'warren-default') continue;
           const b = got.get(who) as number;
           (ratios.get(who) as number[]).push(w / b);
           parts.push(`${BASELINE[who]} ${Math.round(b)}/s (ratio ${(w / b).toFixed(3)})`);
+        }
+        if (got.has('warren-default')) {
+          const d = got.get('warren-default') as number;
+          const b = got.get('bare') as number;
+          (ratios.get('warren-default') as number[]).push(d / b);
+          parts.push(`${BASELINE['warren-default']} ${Math.round(d)}/s (ratio to the same caller pattern ${(d / b).toFixed(3)})`);
         }
         log(`${brokerLabel(url)} ${pattern} round ${round + 1}: ${parts.join(', ')}`);
       }
       const what = { window: `caller keeps ${WINDOW} outstanding`, serial: 'each awaited in turn', burst: `${sizes.burst.toLocaleString('en-US')} at once, maxInFlight ${WINDOW}` }[pattern];
       for (const who of order.slice(1)) {
+        if (who === 'warren-default') continue;
         // The goal is judged against the same caller pattern; another baseline is for reference.
         const same = who === 'bare';
         const versus = order.length > 2 ? `, vs ${BASELINE[who]}` : '';
@@ -244,6 +261,18 @@ async function benchBroker(url: string, log: (line: string) => void): Promise<Be
         });
         rows.push({ group: `  same, client CPU`, metric: 'microseconds per message, median', warren: median(cpu.warren[pattern]), baseline: median(cpu[who][pattern]), baselineName: BASELINE[who] });
       }
+      if (order.includes('warren-default')) {
+        // What an application that sets no publisher option gets in the same caller pattern.
+        rows.push({
+          group: `publish, ${sizes.burst.toLocaleString('en-US')} at once, default maxInFlight (1,000), RabbitMQ ${version} (${brokerLabel(url)}), vs ${BASELINE.bare}`,
+          metric: `publishes/s, median of ${ROUNDS} (median round ratio ${median(ratios.get('warren-default') as number[]).toFixed(2)})`,
+          warren: median(rates.get('warren-default') as number[]),
+          baseline: median(rates.get('bare') as number[]),
+          baselineName: BASELINE.bare,
+          goal: '>= 0.95',
+        });
+        rows.push({ group: `  same, client CPU`, metric: 'microseconds per message, median', warren: median(cpu['warren-default'][pattern]), baseline: median(cpu.bare[pattern]), baselineName: BASELINE.bare });
+      }
     }
     if (returned > 0) throw new Error(`${returned} bare publishes were returned unroutable`);
     await ch.close();
@@ -253,6 +282,7 @@ async function benchBroker(url: string, log: (line: string) => void): Promise<Be
     await admin.close();
   } finally {
     await warren.close();
+    await warrenDefault.close();
     await conn.close();
   }
   return rows;
