@@ -956,16 +956,23 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   /**
    * Stops taking messages, requeues those that never started, lets running handlers
    * finish within `shutdownTimeoutMs`, then closes the channel (the broker requeues
-   * any message whose handler was still running).
+   * any message whose handler was still running). A step that waits for the broker
+   * (an attach on its way, the cancel, the channel's close) waits at most
+   * `shutdownTimeoutMs`, within 1 to 5 s: past that, close() goes on, and the channel
+   * is left to the connection's close (the broker requeues what it still holds).
    */
   async close(): Promise<void> {
     if (this.closed) return;
     this.stopping = true;
     this.unregister?.();
     if (this.reattachTimer) clearTimeout(this.reattachTimer);
-    if (this.attaching) await this.attaching.catch(() => undefined);
+    const stepMs = Math.min(Math.max(this.shutdownTimeoutMs, 1_000), 5_000);
+    const step = async (what: string, work: Promise<unknown>): Promise<void> => {
+      if ((await within(work, stepMs)) === 'timeout') this.logger.warn(`the broker did not answer ${what} within ${stepMs} ms; closing goes on`, { consumer: this.name });
+    };
+    if (this.attaching) await step('the attach on its way', this.attaching);
     const ch = this.channel;
-    if (ch && this.consumerTag) await ch.cancel(this.consumerTag).catch(() => undefined);
+    if (ch && this.consumerTag) await step('the consumer\'s cancel', ch.cancel(this.consumerTag));
     await Promise.all(this.waiting.splice(0).map((d) => this.apply(d, {}, this.decide(d, {}, 0, { kind: 'never-started' })) ?? Promise.resolve()));
     if (this.running > 0) {
       let timer: NodeJS.Timeout | undefined;
@@ -982,8 +989,20 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     this.clock.stop();
     this.closed = true;
     this.channel = undefined;
-    if (ch) await ch.close().catch(() => undefined);
+    if (ch) await step('the channel\'s close', ch.close());
   }
+}
+
+/** 'done' when `work` settles (either way), or 'timeout' after `ms`, whichever is first. */
+function within(work: Promise<unknown>, ms: number): Promise<'done' | 'timeout'> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve('timeout'), ms);
+    const done = (): void => {
+      clearTimeout(timer);
+      resolve('done');
+    };
+    work.then(done, done);
+  });
 }
 
 /** The properties of a delivery for its copy in another queue (no expiration: a copy waits as long as its queue says). */

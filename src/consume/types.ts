@@ -98,7 +98,10 @@ export interface ConsumerOptions<T = unknown, Tx = undefined> {
   retryTable?: RetryTablePolicy<T>;
   /**
    * On `close()`, how long in-flight handlers may run before the channel is closed
-   * (their messages are then redelivered).
+   * (their messages are then redelivered). Each step of `close()` that waits for the
+   * broker (cancelling the consumer, closing the channel) also waits at most this long,
+   * but no less than 1 s and no more than 5 s: a broker that stops answering cannot
+   * hold `close()` forever.
    * @default 10000
    */
   shutdownTimeoutMs?: number;
