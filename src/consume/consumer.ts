@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type * as amqp from 'amqplib';
 import { ClosedError, InvalidOptionError, PublishNotConfirmedError, UnroutableError, WarrenError, type LateAnswer } from '../errors.js';
@@ -141,8 +141,9 @@ function droppedMidway(error: unknown): boolean {
  * id, else (negative) 48 bits of the SHA-1 of its routing key and body. A number, not a
  * string: every ack keeps its key for a second or two (see {@link UnprovenAcks}), and
  * numbers in a Float64Array keep nothing alive on the heap. Two messages share a key
- * with odds of about one in 10^12 for 10,000 keys held; such a pair would have one
- * redelivery taken for a blip.
+ * with odds of about one in 10^12 for 10,000 keys held; in such a pair one message's
+ * redelivery would be taken for a blip and the other's blip counted as a death. The
+ * hash is seeded at random per process, so a producer cannot choose ids that clash.
  */
 function deliveryKey(msg: amqp.ConsumeMessage): number {
   const id: unknown = msg.properties.messageId;
@@ -150,10 +151,13 @@ function deliveryKey(msg: amqp.ConsumeMessage): number {
   return -1 - createHash('sha1').update(msg.fields.routingKey).update('\0').update(msg.content).digest().readUIntBE(0, 6);
 }
 
+/** This process's seed for {@link hash53}: ids that clash in one process do not in another, nor can be found ahead. */
+const HASH_SEED: readonly [number, number] = ((b: Buffer) => [b.readUInt32LE(0), b.readUInt32LE(4)] as const)(randomBytes(8));
+
 /** A 53-bit hash of a string (two 32-bit multiplicative hashes, mixed), never negative. */
-function hash53(text: string): number {
-  let h1 = 0xdeadbeef;
-  let h2 = 0x41c6ce57;
+export function hash53(text: string): number {
+  let h1 = HASH_SEED[0];
+  let h2 = HASH_SEED[1];
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i);
     h1 = Math.imul(h1 ^ c, 2654435761);
@@ -986,7 +990,9 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
         for (const d of this.inFlight) d?.run?.abort(new ClosedError(`Consumer '${this.name}'`));
       }
     }
-    this.clock.stop();
+    // Runs that ignored their abort still time out, so their deliveries leave the
+    // consumer; with none left the clock's timer is simply not set again.
+    if (this.running === 0) this.clock.stop();
     this.closed = true;
     this.channel = undefined;
     if (ch) await step('the channel\'s close', ch.close());

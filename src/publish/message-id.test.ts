@@ -23,4 +23,11 @@ describe('uuidv7', () => {
     expect(next.slice(0, 13)).toBe(id.slice(0, 13));
     expect(parseInt(next.slice(15, 18), 16)).toBe((parseInt(id.slice(15, 18), 16) + 1) & 0xfff);
   });
+  it('refuses a time that is not whole milliseconds since 1970, and keeps the ids after it increasing', () => {
+    const before = uuidv7();
+    for (const bad of [Number.NaN, new Date('not a date').getTime(), -1, 1.5, Infinity, 2 ** 48]) {
+      expect(() => uuidv7(bad)).toThrow(/uuidv7: .* is not a time in whole milliseconds since 1970/);
+    }
+    expect(uuidv7() > before).toBe(true);
+  });
 });

@@ -31,6 +31,12 @@ const DASH = 45;
  * building it. A Buffer view with `toString('hex')` slices cost twice as much.
  */
 export function uuidv7(now: number = Date.now()): string {
+  // A time that is not a whole number of milliseconds from 1970 to the year 10889 would
+  // give an id that does not say when it was made, and would reset the counter that keeps
+  // this process's ids increasing.
+  if (!Number.isSafeInteger(now) || now < 0 || now > 0xffffffffffff) {
+    throw new RangeError(`uuidv7: ${String(now)} is not a time in whole milliseconds since 1970 (0 to ${0xffffffffffff}); pass Date.now() or leave it out`);
+  }
   if (poolOffset + 16 > pool.length) {
     pool = randomBytes(POOL_BYTES);
     poolOffset = 0;

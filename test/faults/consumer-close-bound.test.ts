@@ -53,4 +53,20 @@ describe('Consumer.close() against a broker that stops answering', () => {
     expect(started).toEqual([messageId]);
     expect(seen).toEqual([]);
   });
+
+  it('lets handlers that ignore their abort still time out after close(), so their deliveries leave the consumer', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { billing: { queue: name('billing'), bindings: ['order.*'] } } }));
+    const warren = await connectWarren(topology);
+    let started = 0;
+    const consumer = await warren.consume('billing', async () => {
+      started += 1;
+      await new Promise(() => undefined); // never settles, never looks at its signal
+    }, { timeoutMs: 500, shutdownTimeoutMs: 100, concurrency: 2, prefetch: 2 });
+    await warren.publish('order.created', { n: 1 });
+    await warren.publish('order.created', { n: 2 });
+    await waitFor(() => started === 2, 'both handlers started');
+    await consumer.close();
+    expect(consumer.stats.inFlight).toBe(2);
+    await waitFor(() => consumer.stats.inFlight === 0, 'both runs timed out after the close');
+  });
 });
