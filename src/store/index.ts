@@ -14,7 +14,7 @@ import type { OutboxRelay, OutboxRelayOptions } from './outbox-relay.js';
 
 export { OutboxRelay, type OutboxRelayOptions, type OutboxPublisher, type RelayPass, type RelayStats } from './outbox-relay.js';
 export { StoreBusyError, TransactionClosedError } from './transaction.js';
-export { outboxRecord, outgoingMessage, type OutboxRecord, type OutboxRow } from './outbox-message.js';
+export { outboxRecord, outgoingMessage, type OutboxRecord, type OutboxRow, type RelaySource } from './outbox-message.js';
 
 /** Which database a store keeps its tables in. */
 export type StoreBackend = 'sqlite' | 'postgres';

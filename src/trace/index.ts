@@ -24,6 +24,8 @@
 import { createRequire } from 'node:module';
 import type * as Otel from '@opentelemetry/api';
 import { HEADER } from '../headers.js';
+// Defined beside the outbox row: the main entry's types must not need the tracing API.
+import type { RelaySource } from '../store/outbox-message.js';
 
 /** Header names warren writes for tracing (none starts with `x-`). */
 export const TRACE_HEADER = {
@@ -343,12 +345,7 @@ export function traceDelivery(consumer: TracedConsumer, msg: { readonly fields: 
   return new ConsumerSpan(span, parent, c.retryQueues, recording);
 }
 
-/**
- * Where a relayed message came from: a row an application added (`outbox`), a
- * retry-table row sent back to its queue (`retry-table`), or a retry-table row an
- * operator parked, on its way to the parked queue (`retry-table-park`).
- */
-export type RelaySource = 'outbox' | 'retry-table' | 'retry-table-park';
+export type { RelaySource };
 
 /** What the outbox relay did with a row it published; recorded on its span. */
 export type RelayOutcome =
