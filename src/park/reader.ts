@@ -220,7 +220,16 @@ export async function walkParked(
   const walk = new Walk(ch, queue, s);
   try {
     await (ch as unknown as RpcChannel).rpc(TX.select, {}, TX.selectOk);
-    return await walk.run(visit);
+    const result = await walk.run(visit);
+    if (!s.quorum) {
+      // Hand what a classic queue's walk still holds back to the queue, in place, before
+      // returning: left to the channel's close, it comes back a moment after, and an
+      // operation started at once (a replay right after a listing) would miss it.
+      // Should this fail, the channel is gone, and its close gives them back all the same.
+      ch.nackAll(true);
+      await (ch as unknown as RpcChannel).rpc(TX.commit, {}, TX.commitOk).catch(() => undefined);
+    }
+    return result;
   } finally {
     walk.close();
     // Closing the channel discards an uncommitted batch and puts every held message back
