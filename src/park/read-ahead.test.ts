@@ -1,18 +1,11 @@
 import type * as amqp from 'amqplib';
 import { describe, expect, it } from 'vitest';
-import { drain, testTopology } from '../../test/helpers.js';
+import { drain } from '../../test/helpers.js';
 import { browseParked, replayParked } from './operations.js';
 import { walkParked } from './reader.js';
-import { declared, failures, peekIds, publishParked } from './testing/fixtures.js';
+import { declared, failures, peekIds, publishParked, parkedTopology } from './testing/fixtures.js';
 
-function topologyOf(queueType: 'classic' | 'quorum') {
-  return testTopology(({ exchange, name }) => ({
-    exchange,
-    queueType,
-    retry: { delays: [20], maxAttempts: 2 },
-    consumers: { billing: { queue: name('billing'), bindings: ['order.*'] } },
-  }));
-}
+const topologyOf = parkedTopology;
 
 /**
  * True when the broker has delivered `m` before and taken it back: a classic queue sets

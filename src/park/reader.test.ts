@@ -1,19 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { HEADER } from '../headers.js';
-import { testTopology } from '../../test/helpers.js';
 import { QueueNotFoundError } from './errors.js';
 import { browseParked, listParked, purgeParked, replayParked } from './operations.js';
 import { walkParked } from './reader.js';
-import { declared, failures, peekIds, publishParked, takeAll } from './testing/fixtures.js';
+import { declared, failures, peekIds, publishParked, takeAll, parkedTopology } from './testing/fixtures.js';
 
-function topologyOf(queueType: 'classic' | 'quorum') {
-  return testTopology(({ exchange, name }) => ({
-    exchange,
-    queueType,
-    retry: { delays: [20], maxAttempts: 2 },
-    consumers: { billing: { queue: name('billing'), bindings: ['order.*'] } },
-  }));
-}
+const topologyOf = parkedTopology;
 
 describe.each(['classic', 'quorum'] as const)('parked queue walks on a %s queue', (queueType) => {
   it('lists every message without removing or reordering any, twice over', async () => {

@@ -4,7 +4,7 @@ import * as amqp from 'amqplib';
 import { HEADER } from '../../headers.js';
 import { declareTopology } from '../../topology/apply.js';
 import type { ConsumerTopology, Topology } from '../../topology/declaration.js';
-import { AMQP_URL, guarded, onTeardown } from '../../../test/helpers.js';
+import { AMQP_URL, guarded, onTeardown, testTopology } from '../../../test/helpers.js';
 
 /** What a fake parked message failed with. */
 export interface FakeFailure {
@@ -104,3 +104,13 @@ export async function peekIds(conn: amqp.ChannelModel, queue: string): Promise<s
 
 /** Takes every message from a queue, acking them. */
 export { drain as takeAll } from '../../../test/helpers.js';
+
+/** A topology whose one consumer, `billing`, parks after two attempts, on queues of `queueType`. */
+export function parkedTopology(queueType: 'classic' | 'quorum'): Topology {
+  return testTopology(({ exchange, name }) => ({
+    exchange,
+    queueType,
+    retry: { delays: [20], maxAttempts: 2 },
+    consumers: { billing: { queue: name('billing'), bindings: ['order.*'] } },
+  }));
+}
