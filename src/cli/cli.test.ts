@@ -421,6 +421,18 @@ describe('warren parked replay', () => {
     const ids = await publishParked(conn, mod.topology, billing, failures(TOTAL));
     const r = await warren(['parked', 'replay', 'billing', '--rate', '40'], { env: mod.env, timeoutMs: 60_000, onSpawn: (child) => signalMidReplay(child, conn, billing.queue, 'SIGKILL') });
     expect(r.signal).toBe('SIGKILL');
+    // The broker takes back what the killed process held once it sees its connection gone:
+    // read the queues only then (a loss would keep the sum short, and fail here).
+    await waitFor(async () => {
+      const ch = await conn.createChannel();
+      try {
+        const parked = await ch.checkQueue(billing.parkedQueue);
+        const work = await ch.checkQueue(billing.queue);
+        return parked.consumerCount === 0 && parked.messageCount + work.messageCount >= TOTAL;
+      } finally {
+        await ch.close();
+      }
+    }, 'the broker to take back what the killed replay held');
     const conn2 = await fastConnection();
     const replayed = (await takeAll(conn2, billing.queue)).map((m) => String(m.properties.messageId));
     const parked = await peekIds(conn2, billing.parkedQueue);

@@ -6,7 +6,7 @@ import { isEmptyFilter, matchesFilter, type ParkedFilter } from './filter.js';
 import { traceReplay } from '../trace/index.js';
 import { copyProperties, decodeBody, plainValue, replayHeaders, type ParkedMessage } from './message.js';
 import { parkedIdentity } from './identity.js';
-import { walkParked, type Verdict, type WalkOptions, type WalkResult } from './reader.js';
+import { closeChannel, walkParked, type Verdict, type WalkOptions, type WalkResult } from './reader.js';
 import { sleepUnless } from '../sleeper.js';
 
 /** The queues of a consumer that the parked-queue operations use. */
@@ -170,7 +170,7 @@ async function checkQueueExists(model: amqp.ChannelModel, queue: string): Promis
     if (typeof error === 'object' && error !== null && (error as { code?: unknown }).code === 404) throw new QueueNotFoundError(queue, { cause: error });
     throw error;
   } finally {
-    await ch.close().catch(() => undefined);
+    await closeChannel(ch);
   }
 }
 
@@ -347,7 +347,7 @@ async function emptyResult(model: amqp.ChannelModel, target: ParkedTarget): Prom
     if (typeof error === 'object' && error !== null && (error as { code?: unknown }).code === 404) throw new QueueNotFoundError(target.parkedQueue, { cause: error });
     throw error;
   } finally {
-    await ch.close().catch(() => undefined);
+    await closeChannel(ch);
   }
 }
 

@@ -234,8 +234,32 @@ export async function walkParked(
     walk.close();
     // Closing the channel discards an uncommitted batch and puts every held message back
     // (a classic queue: in its old place).
-    await ch.close().catch(() => undefined);
+    await closeChannel(ch);
   }
+}
+
+/**
+ * Closes `ch` and resolves once it is closed, however that happens: amqplib settles a
+ * channel's `close()` only on the broker's close-ok, which never comes when the
+ * connection is lost first, so the channel's own 'close' event (or, failing all, a
+ * bound of 10 s) ends the wait too. Never rejects.
+ */
+export function closeChannel(ch: amqp.Channel): Promise<void> {
+  return new Promise((resolve) => {
+    const done = (): void => {
+      clearTimeout(timer);
+      ch.removeListener('close', done);
+      resolve();
+    };
+    const timer = setTimeout(done, 10_000);
+    timer.unref();
+    ch.once('close', done);
+    try {
+      ch.close().then(done, done);
+    } catch {
+      done();
+    }
+  });
 }
 
 /** AMQP 0-9-1 methods amqplib has no wrapper for: transactions (class 90), and a cancel that keeps the consumer's callback. */
@@ -419,10 +443,15 @@ class Walk {
     } catch (error) {
       if (error instanceof WalkInterruptedError) throw error;
       if (this.broken) throw this.interrupted(error);
-      // Settle what was decided before the error; closing the channel puts back the rest.
-      await this.cancelConsumer()
-        .then(() => this.settle())
-        .catch(() => undefined);
+      // Settle what was decided before the error; closing the channel puts back the rest
+      // (in place on a classic queue; on a quorum queue, where kept messages went to the
+      // back, the unexamined ones follow them there first, as when a walk stops early).
+      const unexamined = this.total - this.scanned;
+      await (async () => {
+        if (this.s.quorum && unexamined > 0 && (this.kept > 0 || this.unread() > 0 || this.mayReceive())) await this.rotate();
+        await this.cancelConsumer();
+        await this.settle();
+      })().catch(() => undefined);
       throw error;
     } finally {
       this.s.signal?.removeEventListener('abort', onAbort);
