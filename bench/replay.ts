@@ -11,9 +11,14 @@
  *   (the replay headers warren writes) to the work queue on a confirm channel, ack the
  *   original on its confirm. Both run on the same open
  *   connection and are timed from the call to the last settlement: warren's last
- *   commit-ok, the bare side's last ack sent (which favours the bare side a little). Rounds alternate warren and bare (which goes
- *   first alternates too); medians, the median round ratio and the client CPU per
- *   message are reported. warren is loaded from the compiled `dist/` (bench/built.ts);
+ *   commit-ok, the bare side's last ack sent (which favours the bare side a little).
+ *   A third side does the move by hand as warren does, in transactions: publish each
+ *   copy and ack its original on one transactional channel, one commit per 500. It is
+ *   the ceiling of any walk that commits on one channel, and its ratio (printed for
+ *   reference) separates what warren's walk costs from what transactions cost. Each
+ *   round runs the three in turn, in a rotating order; medians, the median round ratio
+ *   and the client CPU per message are reported. warren is loaded from the compiled
+ *   `dist/` (bench/built.ts);
  * - the same through the built `warren parked replay` executable, process start included
  *   (when dist/ is built);
  * - `--rate 100`: the measured rate, which should be within 10% of 100.
@@ -143,14 +148,7 @@ async function bareReplay(model: amqp.ChannelModel, c: ConsumerTopology, n: numb
       if (msg === null) return reject(new Error('bare replay cancelled'));
       if (done + inFlight >= n) return; // not of this run: it goes back when the channel closes
       inFlight++;
-      const h: Record<string, unknown> = { ...(msg.properties.headers ?? {}) };
-      delete h[HEADER.attempts];
-      delete h['x-death'];
-      const replays = h[HEADER.replays];
-      h[HEADER.replays] = (typeof replays === 'number' ? replays : 0) + 1;
-      h[HEADER.replayedAt] = new Date().toISOString();
-      const p = msg.properties;
-      pub.publish('', c.queue, msg.content, { messageId: p.messageId, contentType: p.contentType, persistent: true, headers: h, mandatory: true }, (err: unknown) => {
+      pub.publish('', c.queue, msg.content, { ...movedProperties(msg), mandatory: true }, (err: unknown) => {
         if (err) return reject(err instanceof Error ? err : new Error(String(err)));
         ch.ack(msg);
         inFlight--;
@@ -170,6 +168,73 @@ async function bareReplay(model: amqp.ChannelModel, c: ConsumerTopology, n: numb
   return finished;
 }
 
+/** AMQP 0-9-1 transaction methods, which amqplib has no wrapper for. */
+const TX = { select: 0x5a000a, selectOk: 0x5a000b, commit: 0x5a0014, commitOk: 0x5a0015 } as const;
+type RpcChannel = amqp.Channel & { rpc(method: number, fields: Record<string, unknown>, expect: number): Promise<unknown> };
+
+/**
+ * The move by hand as warren makes it, each copy and the acknowledgement of its original
+ * in one transaction: consume the parked queue on a transactional channel (prefetch
+ * {@link WINDOW}), publish each copy and ack its original on that channel, and commit
+ * every {@link WINDOW} messages, one commit at a time (RabbitMQ takes no other method on
+ * a channel until its commit-ok). This is the most any walk that commits on one channel
+ * can do; done at the last commit-ok.
+ */
+async function bareTxReplay(model: amqp.ChannelModel, c: ConsumerTopology, n: number): Promise<number> {
+  const ch = (await model.createChannel()) as RpcChannel;
+  await ch.rpc(TX.select, {}, TX.selectOk);
+  await ch.prefetch(WINDOW);
+  let returned = 0;
+  ch.on('return', () => returned++);
+  let taken = 0;
+  let committed = 0;
+  let waiting: amqp.ConsumeMessage[] = [];
+  let inflight = false;
+  let tag = '';
+  await new Promise<void>((resolve, reject) => {
+    const commit = (): void => {
+      if (inflight || waiting.length === 0 || (waiting.length < WINDOW && taken < n)) return;
+      const batch = waiting;
+      waiting = [];
+      for (const msg of batch) {
+        ch.publish('', c.queue, msg.content, { ...movedProperties(msg), mandatory: true });
+        ch.ack(msg);
+      }
+      inflight = true;
+      ch.rpc(TX.commit, {}, TX.commitOk).then(() => {
+        inflight = false;
+        committed += batch.length;
+        if (committed === n) resolve();
+        else commit();
+      }, reject);
+    };
+    ch.consume(c.parkedQueue, (msg) => {
+      if (msg === null) return reject(new Error('bare transactional replay cancelled'));
+      if (taken >= n) return; // not of this run: it goes back when the channel closes
+      taken++;
+      waiting.push(msg);
+      commit();
+    }).then((ok) => (tag = ok.consumerTag), reject);
+  });
+  const finished = performance.now();
+  await ch.cancel(tag);
+  await ch.close();
+  if (returned > 0) throw new Error(`${returned} bare transactional copies were returned unroutable`);
+  return finished;
+}
+
+/** The copy's properties as the bare loops write them: the replay headers warren writes. */
+function movedProperties(msg: amqp.ConsumeMessage): amqp.Options.Publish {
+  const h: Record<string, unknown> = { ...(msg.properties.headers ?? {}) };
+  delete h[HEADER.attempts];
+  delete h['x-death'];
+  const replays = h[HEADER.replays];
+  h[HEADER.replays] = (typeof replays === 'number' ? replays : 0) + 1;
+  h[HEADER.replayedAt] = new Date().toISOString();
+  const p = msg.properties;
+  return { messageId: p.messageId, contentType: p.contentType, persistent: true, headers: h };
+}
+
 /**
  * warren's replay and the bare loop on one broker and queue type, alternating, each round
  * over `MESSAGES` freshly parked messages; every copy counted in the work queue.
@@ -179,7 +244,8 @@ async function replayVsBare(lib: Awaited<ReturnType<typeof loadBuilt>>, url: str
     queueType,
     async (model, topology, c) => {
       const version = brokerVersion(model);
-      const run = async (who: 'warren' | 'bare', n: number): Promise<Replayed> => {
+      type Who = 'warren' | 'bare' | 'bareTx';
+      const run = async (who: Who, n: number): Promise<Replayed> => {
         await park(model, topology, c, n);
         const cpu = process.cpuUsage();
         const started = performance.now();
@@ -191,7 +257,7 @@ async function replayVsBare(lib: Awaited<ReturnType<typeof loadBuilt>>, url: str
           used = process.cpuUsage(cpu);
           if (result.replayed !== n) throw new Error(`replayed ${result.replayed} of ${n}`);
         } else {
-          finished = await bareReplay(model, c, n);
+          finished = who === 'bare' ? await bareReplay(model, c, n) : await bareTxReplay(model, c, n);
           used = process.cpuUsage(cpu);
         }
         const seconds = (finished - started) / 1000;
@@ -200,29 +266,50 @@ async function replayVsBare(lib: Awaited<ReturnType<typeof loadBuilt>>, url: str
         return { rate: n / seconds, cpuUs: (used.user + used.system) / n };
       };
       // Warm up the JIT and the queues.
-      await run('warren', Math.min(500, MESSAGES));
-      await run('bare', Math.min(500, MESSAGES));
-      const got = { warren: [] as Replayed[], bare: [] as Replayed[] };
+      for (const who of ['warren', 'bare', 'bareTx'] as const) await run(who, Math.min(500, MESSAGES));
+      const got: Record<Who, Replayed[]> = { warren: [], bare: [], bareTx: [] };
       const ratios: number[] = [];
+      const txRatios: number[] = [];
+      const orders: readonly (readonly Who[])[] = [
+        ['bare', 'warren', 'bareTx'],
+        ['warren', 'bareTx', 'bare'],
+        ['bareTx', 'bare', 'warren'],
+      ];
       for (let round = 0; round < ROUNDS; round++) {
-        const order = round % 2 === 0 ? (['bare', 'warren'] as const) : (['warren', 'bare'] as const);
-        for (const who of order) got[who].push(await run(who, MESSAGES));
+        for (const who of orders[round % orders.length] as readonly Who[]) got[who].push(await run(who, MESSAGES));
         const w = got.warren.at(-1) as Replayed;
         const b = got.bare.at(-1) as Replayed;
+        const t = got.bareTx.at(-1) as Replayed;
         ratios.push(w.rate / b.rate);
-        log(`${brokerLabel(url)} ${queueType} round ${round + 1}: warren ${Math.round(w.rate)}/s (${w.cpuUs.toFixed(1)} µs CPU), bare ${Math.round(b.rate)}/s (${b.cpuUs.toFixed(1)} µs CPU), ratio ${(ratios.at(-1) as number).toFixed(3)}`);
+        txRatios.push(w.rate / t.rate);
+        log(
+          `${brokerLabel(url)} ${queueType} round ${round + 1}: warren ${Math.round(w.rate)}/s (${w.cpuUs.toFixed(1)} µs CPU), bare ${Math.round(b.rate)}/s (${b.cpuUs.toFixed(1)} µs CPU), ` +
+            `bare transactional ${Math.round(t.rate)}/s (${t.cpuUs.toFixed(1)} µs CPU), ratio ${(ratios.at(-1) as number).toFixed(3)}, to transactional ${(txRatios.at(-1) as number).toFixed(3)}`,
+        );
       }
       const bare = `bare consume-publish-confirm-ack, prefetch ${WINDOW}`;
+      const bareTx = `bare, one transaction per ${WINDOW}`;
+      const rate = (who: Who): number => median(got[who].map((r) => r.rate));
+      const cpu = (who: Who): number => median(got[who].map((r) => r.cpuUs));
       return [
         {
           group: `parked replay (${MESSAGES.toLocaleString('en-US')}, ${queueType}), RabbitMQ ${version} (${brokerLabel(url)})`,
           metric: `messages/s with confirms, median of ${ROUNDS} (median round ratio ${median(ratios).toFixed(2)})`,
-          warren: median(got.warren.map((r) => r.rate)),
-          baseline: median(got.bare.map((r) => r.rate)),
+          warren: rate('warren'),
+          baseline: rate('bare'),
           baselineName: bare,
           goal: '>= 0.9',
         },
-        { group: '  same, client CPU', metric: 'microseconds per message, median', warren: median(got.warren.map((r) => r.cpuUs)), baseline: median(got.bare.map((r) => r.cpuUs)), baselineName: bare },
+        { group: '  same, client CPU', metric: 'microseconds per message, median', warren: cpu('warren'), baseline: cpu('bare'), baselineName: bare },
+        {
+          group: '  same, against the move by hand in transactions',
+          metric: `messages/s, median (median round ratio ${median(txRatios).toFixed(2)})`,
+          warren: rate('warren'),
+          baseline: rate('bareTx'),
+          baselineName: bareTx,
+          goal: '(reference)',
+        },
+        { group: '  same, client CPU', metric: 'microseconds per message, median', warren: cpu('warren'), baseline: cpu('bareTx'), baselineName: bareTx },
       ];
     },
     url,

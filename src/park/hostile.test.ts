@@ -39,8 +39,15 @@ describe('broker headers are never copied', () => {
   const broker = { 'x-death': ['a', 5], 'x-first-death-queue': 'q', 'x-first-death-reason': 'r', 'x-last-death-exchange': 'e', 'x-delivery-count': 3 };
   it('copyProperties drops them, whoever calls it', () => {
     for (const k of Object.keys(broker)) expect(isBrokerHeader(k)).toBe(true);
-    expect(isBrokerHeader('x-custom')).toBe(false);
+    for (const k of ['x-custom', 'x', '', 'X-death', 'y-death', 'x-deaths', 'x-first-death', 'xx-death']) expect(isBrokerHeader(k)).toBe(false);
     expect(copyProperties({ messageId: 'm' }, { ...broker, keep: 1 }).headers).toEqual({ keep: 1 });
+  });
+  it('copies only a table\'s own names, never what its prototype holds', () => {
+    const inherited = Object.create({ inherited: 'no', 'x-death': [] }) as Record<string, unknown>;
+    inherited['own'] = 'yes';
+    inherited['x-delivery-count'] = 2;
+    expect(copyProperties({ messageId: 'm' }, inherited).headers).toEqual({ own: 'yes' });
+    expect(Object.getPrototypeOf(copyProperties({ messageId: 'm' }, inherited).headers)).toBe(Object.prototype);
   });
   it('a parked-queue walk keeps what the broker\'s record told, in warren\'s headers', () => {
     const deadLettered = { 'x-death': [{ queue: 'billing', reason: 'delivery_limit', count: 1, exchange: 'events', 'routing-keys': ['order.paid'], time: { '!': 'timestamp', value: 1_767_000_000 } }] };

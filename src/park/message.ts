@@ -268,6 +268,8 @@ export const BROKER_HEADERS = ['x-death', 'x-first-death-queue', 'x-first-death-
  * RabbitMQ 3.10 queue when the copy is dead-lettered again (a retry tier's TTL).
  */
 export function isBrokerHeader(name: string): boolean {
+  // Every one starts "x-": most names are ruled out by their first character.
+  if (name.charCodeAt(0) !== 0x78 || name.charCodeAt(1) !== 0x2d) return false;
   return name === 'x-death' || name === 'x-delivery-count' || name.startsWith('x-first-death-') || name.startsWith('x-last-death-');
 }
 
@@ -280,7 +282,9 @@ export function hasBrokerHeader(headers: Readonly<Record<string, unknown>>): boo
 /** A copy of `headers` without the broker's own headers. Pure. */
 export function withoutBrokerHeaders(headers: Readonly<Record<string, unknown>>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(headers)) if (!isBrokerHeader(k)) out[k] = v;
+  for (const k in headers) {
+    if (Object.hasOwn(headers, k) && !isBrokerHeader(k)) out[k] = headers[k];
+  }
   return out;
 }
 

@@ -222,9 +222,13 @@ export async function replayParked(model: amqp.ChannelModel, target: ParkedTarge
     published += 1;
     const headers = replayHeaders(m, now());
     trace?.headers(headers);
+    // The headers are this copy's own and hold none of the broker's; `mandatory` is set
+    // here so that the walk publishes these properties as they are.
+    const properties: amqp.Options.Publish = copyProperties(m.properties, headers, true);
+    properties.mandatory = true;
     return {
       action: 'move',
-      to: { exchange: '', routingKey: target.queue, content: m.content, properties: copyProperties(m.properties, headers) },
+      to: { exchange: '', routingKey: target.queue, content: m.content, properties },
       stop: last,
     };
   });

@@ -705,7 +705,8 @@ class Walk {
   /** Publishes `to` with `mandatory`; false when the socket's buffer is full (see {@link Walk.drained}). */
   private publish(to: MoveTarget): boolean {
     if (this.broken) throw this.interrupted();
-    return this.ch.publish(to.exchange, to.routingKey, to.content, { ...to.properties, mandatory: true });
+    const p = to.properties;
+    return this.ch.publish(to.exchange, to.routingKey, to.content, p.mandatory === true ? p : { ...p, mandatory: true });
   }
 
   /** Waits until the socket takes writes again (or the channel closes). */
