@@ -766,7 +766,7 @@ class Walk {
       this.failed.push({
         position: move.position,
         messageId: typeof move.d.m.properties.messageId === 'string' ? move.d.m.properties.messageId : undefined,
-        error: `the broker returned it (${f.replyCode ?? 312} ${f.replyText ?? 'NO_ROUTE'}): no queue '${move.to.routingKey}' to route to via exchange '${f.exchange || '(default)'}'; it is parked again, at the back of the queue`,
+        error: `the broker returned it (${f.replyCode ?? 312} ${f.replyText ?? 'NO_ROUTE'}): no queue '${move.to.routingKey}' to route to via exchange '${f.exchange || '(default)'}'; ${this.s.quorum ? 'it is parked again, after the messages the walk kept and ahead of those it did not reach' : 'it is parked again, at the back of the queue'}`,
       });
       restores.push({ kind: 'restore', m: move.d.m });
     }

@@ -5,7 +5,8 @@ import type { MessageContext } from '../consume/types.js';
 import { connectWarren, testTopology, waitFor } from '../../test/helpers.js';
 import { QueueNotFoundError } from './errors.js';
 import { listParked, replayParked } from './operations.js';
-import { declared, failures, fastConnection, peekIds, publishParked, takeAll } from './testing/fixtures.js';
+import { declared, failures, fastConnection, parkedTopology, peekIds, publishParked, takeAll } from './testing/fixtures.js';
+import { walkParked, type Verdict } from './reader.js';
 
 describe.each(['classic', 'quorum'] as const)('replay with real consumers (%s queues)', (queueType) => {
   it('sends a parked message back to its own consumer only, same id, attempts reset', async () => {
@@ -218,5 +219,34 @@ describe('replay of a message parked with a PermanentError', () => {
     await replayParked(conn, billing);
     await waitFor(() => done.length === 1, 'handled after the replay');
     expect(done).toEqual([{ orderId: 7 }]);
+  });
+});
+
+describe.each(['classic', 'quorum'] as const)('a move the broker returns (%s queue)', (queueType) => {
+  it('parks the original again where its error says', async () => {
+    const t = parkedTopology(queueType);
+    const billing = t.consumer('billing');
+    const conn = await declared(t);
+    const ids = await publishParked(conn, t, billing, failures(5));
+    // The second message goes to a queue that does not exist; the others are kept.
+    const result = await walkParked(
+      conn,
+      billing.parkedQueue,
+      (m): Verdict => (m.position === 2 ? { action: 'move', to: { exchange: '', routingKey: `${billing.queue}.missing`, content: m.content, properties: { messageId: m.messageId ?? '' } } } : { action: 'keep' }),
+      { queueType, maxInFlight: 1 },
+    );
+    expect(result.stopReason).toBe('unroutable');
+    expect(result.failed.map((f) => f.messageId)).toEqual([ids[1]]);
+    const left = await peekIds(conn, billing.parkedQueue);
+    if (queueType === 'classic') {
+      // Kept and unexamined messages go back in place; the returned one is published at the back.
+      expect(result.failed[0]?.error).toMatch(/it is parked again, at the back of the queue$/);
+      expect(left).toEqual([ids[0], ids[2], ids[3], ids[4]].concat(ids[1] as string));
+    } else {
+      // Kept messages are copied to the back in order, the returned one after them, then
+      // the rest the walk did not reach: the queue's order is the same as before.
+      expect(result.failed[0]?.error).toMatch(/after the messages the walk kept and ahead of those it did not reach$/);
+      expect(left).toEqual(ids);
+    }
   });
 });
