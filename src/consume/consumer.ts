@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type * as amqp from 'amqplib';
-import { ClosedError, InvalidOptionError, PublishNotConfirmedError, UnroutableError, WarrenError, type LateAnswer } from '../errors.js';
+import { ClosedError, InvalidOptionError, PublishNotConfirmedError, UnroutableError, WarrenError } from '../errors.js';
 import { HEADER, MAX_HEADER_TABLE_BYTES } from '../headers.js';
 import { toLogger, type Logger } from '../logger.js';
 import type { BrokerConnection } from '../connection/index.js';
@@ -914,7 +914,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
           // another now would add a copy per timeout for as long as the broker is slow,
           // so wait for the broker's answer (bounded by the move's give-up time).
           this.logger.warn('no confirm yet for a moved copy; waiting for the broker\'s answer before writing another', { consumer: this.name, queue: target, attempt, messageId: idOf(d) });
-          const answer = await lateAnswer(error.late, giveUpAt - Date.now());
+          const answer = await orTimeout(error.late, giveUpAt - Date.now());
           if (answer === 'confirmed') {
             if (this.channel !== d.ch) return false; // its channel is gone: the broker redelivers it (a duplicate at most)
             return landed();
@@ -999,16 +999,21 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   }
 }
 
+/** What `work` resolves to, or 'timeout' after `ms` (none below 0), whichever is first. `work` must not reject. */
+function orTimeout<T>(work: Promise<T>, ms: number): Promise<T | 'timeout'> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve('timeout'), Math.max(0, ms));
+    void work.then((value) => {
+      clearTimeout(timer);
+      resolve(value);
+    });
+  });
+}
+
 /** 'done' when `work` settles (either way), or 'timeout' after `ms`, whichever is first. */
 function within(work: Promise<unknown>, ms: number): Promise<'done' | 'timeout'> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => resolve('timeout'), ms);
-    const done = (): void => {
-      clearTimeout(timer);
-      resolve('done');
-    };
-    work.then(done, done);
-  });
+  const done = (): 'done' => 'done';
+  return orTimeout(work.then(done, done), ms);
 }
 
 /** The properties of a delivery for its copy in another queue (no expiration: a copy waits as long as its queue says). */
@@ -1023,15 +1028,4 @@ const RESOLVED: Happening = Object.freeze({ kind: 'resolved' });
 function firstLine(message: string): string {
   const line = message.split('\n', 1)[0] ?? '';
   return line.length > 200 ? `${line.slice(0, 199)}…` : line;
-}
-
-/** The broker's late answer to a copy, or 'timeout' after `ms`. */
-function lateAnswer(late: Promise<LateAnswer>, ms: number): Promise<LateAnswer | 'timeout'> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => resolve('timeout'), Math.max(0, ms));
-    void late.then((answer) => {
-      clearTimeout(timer);
-      resolve(answer);
-    });
-  });
 }
