@@ -124,7 +124,7 @@ export class BrokerReader {
     let managementError = 'no management API was given';
     if (this.options.management) {
       try {
-        return done('management', await this.byManagement(this.options.management), undefined);
+        return done('management', await this.confirmAbsent(await this.byManagement(this.options.management)), undefined);
       } catch (error) {
         managementError = message(error);
       }
@@ -158,11 +158,30 @@ export class BrokerReader {
     });
   }
 
+  /**
+   * The management API lists a queue a few seconds after it is declared (its statistics
+   * are collected on an interval): a queue it does not list is asked over AMQP, when a
+   * connection is given, before it is called missing. A queue found that way has its
+   * depth and consumers from AMQP, and no counters yet.
+   */
+  private async confirmAbsent(figures: QueueFigures[]): Promise<QueueFigures[]> {
+    const absent = figures.filter((f) => !f.exists);
+    if (absent.length === 0 || this.options.connection === undefined) return figures;
+    let found: QueueFigures[];
+    try {
+      found = await this.byAmqp(this.options.connection, absent);
+    } catch {
+      return figures;
+    }
+    const byQueue = new Map(found.map((f) => [f.queue, f]));
+    return figures.map((f) => (f.exists ? f : (byQueue.get(f.queue) ?? f)));
+  }
+
   /** Passive declares, all sent at once on one channel; a missing queue closes it, so the rest are asked again. */
-  private async byAmqp(connection: () => Promise<amqp.ChannelModel>): Promise<QueueFigures[]> {
+  private async byAmqp(connection: () => Promise<amqp.ChannelModel>, declared: readonly Declared[] = this.declared): Promise<QueueFigures[]> {
     const model = await connection();
     const results = new Map<string, QueueFigures>();
-    let pending = [...this.declared];
+    let pending = [...declared];
     while (pending.length > 0) {
       const ch = this.channel ?? (await this.openChannel(model));
       const settled = await Promise.allSettled(pending.map((d) => ch.checkQueue(d.queue)));
@@ -185,7 +204,7 @@ export class BrokerReader {
       if (missing) this.channel = undefined;
       pending = retry;
     }
-    return this.declared.map((d) => results.get(d.queue) as QueueFigures);
+    return declared.map((d) => results.get(d.queue) as QueueFigures);
   }
 
   private async openChannel(model: amqp.ChannelModel): Promise<amqp.Channel> {

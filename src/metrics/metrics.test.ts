@@ -9,6 +9,8 @@ import { InvalidOptionError, PermanentError, UnroutableError } from '../errors.j
 import { connectWarren, MGMT_URL, onTeardown, rawConnection, testTopology, waitFor } from '../../test/helpers.js';
 import { findConnection, forceCloseConnection, uniqueConnectionName } from '../../test/lifecycle/support.js';
 import { warrenMetrics, type WarrenMetricsOptions } from './index.js';
+import { BrokerReader } from './broker.js';
+import { ManagementClient } from '../management/client.js';
 import { parseScrape, valueOf, type Sample } from './testing/scrape.js';
 
 function shop() {
@@ -121,6 +123,35 @@ describe('application and broker figures after real traffic', () => {
     // What only the management API knows is absent, not zero.
     expect(valueOf(s, 'warren_queue_messages_unacked', { consumer: idle, role: 'work' })).toBeUndefined();
     expect(valueOf(s, 'warren_queue_redelivered_total', { consumer: idle, role: 'work' })).toBeUndefined();
+  });
+
+  it('a queue the management API does not list yet is asked over AMQP before it is called missing', async () => {
+    const { topology, billing } = shop();
+    const warren = await connectWarren(topology);
+    for (let n = 0; n < 3; n++) await warren.publish('order.created', { n });
+    const conn = await rawConnection();
+    const b = topology.consumer(billing);
+    const gone = b.retryQueues[0] as string;
+    const ch = await conn.createChannel();
+    await ch.deleteQueue(gone);
+    await ch.close();
+    // The real management API, less the work queue: as it answers in the seconds after a
+    // queue is declared, before its statistics are first collected.
+    const api = new ManagementClient({ url: MGMT_URL });
+    const lagging = Object.assign(Object.create(api) as ManagementClient, {
+      queues: async (columns?: readonly string[]) => (await api.queues(columns)).filter((q) => q.name !== b.queue),
+    });
+    const reader = new BrokerReader(topology, { management: lagging, connection: () => Promise.resolve(conn), cacheMs: 0 });
+    const snapshot = await reader.read();
+    expect(snapshot.source).toBe('management');
+    const figures = (queue: string) => snapshot.queues.find((q) => q.queue === queue);
+    expect(figures(b.queue)).toMatchObject({ exists: true, ready: 3, consumers: 0, unacked: undefined });
+    // A queue that is really gone is still missing.
+    expect(figures(gone)).toMatchObject({ exists: false });
+    expect(figures(b.parkedQueue)).toMatchObject({ exists: true });
+    // Without a connection to ask, the listing is all there is.
+    const alone = await new BrokerReader(topology, { management: lagging, connection: undefined, cacheMs: 0 }).read();
+    expect(alone.queues.find((q) => q.queue === b.queue)).toMatchObject({ exists: false });
   });
 
   it('reads the broker once per cache interval, and concurrent scrapes share one reading', async () => {
