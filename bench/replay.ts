@@ -15,8 +15,10 @@
  *   A third side does the move by hand as warren does, in transactions: publish each
  *   copy and ack its original on one transactional channel, one commit per 500. It is
  *   the ceiling of any walk that commits on one channel, and its ratio (printed for
- *   reference) separates what warren's walk costs from what transactions cost. Each
- *   round runs the three in turn, in a rotating order; medians, the median round ratio
+ *   reference) separates what warren's walk costs from what transactions cost. A fourth
+ *   does the same on two transactional channels committing in turn (250 each), to show
+ *   what overlapping commits would give. Each round runs the four in turn, in a
+ *   rotating order; medians, the median round ratio
  *   and the client CPU per message are reported. warren is loaded from the compiled
  *   `dist/` (bench/built.ts);
  * - the same through the built `warren parked replay` executable, process start included
@@ -174,51 +176,63 @@ type RpcChannel = amqp.Channel & { rpc(method: number, fields: Record<string, un
 
 /**
  * The move by hand as warren makes it, each copy and the acknowledgement of its original
- * in one transaction: consume the parked queue on a transactional channel (prefetch
- * {@link WINDOW}), publish each copy and ack its original on that channel, and commit
- * every {@link WINDOW} messages, one commit at a time (RabbitMQ takes no other method on
- * a channel until its commit-ok). This is the most any walk that commits on one channel
- * can do; done at the last commit-ok.
+ * in one transaction, on `channels` transactional channels, each consuming the parked
+ * queue: publish each copy and ack its original on the channel that received it, and
+ * commit {@link WINDOW} / `channels` at a time, one commit at a time per channel
+ * (RabbitMQ takes no other method on a channel until its commit-ok). The read-ahead in all
+ * is twice {@link WINDOW}, as warren's walk. On one channel this is the most a walk that
+ * commits on one channel can do; on two, commits overlap, but the channels take messages
+ * from the queue in no set order between them (a walk built so would have to give each
+ * its own stretch of the queue). Done at the last commit-ok.
  */
-async function bareTxReplay(model: amqp.ChannelModel, c: ConsumerTopology, n: number): Promise<number> {
-  const ch = (await model.createChannel()) as RpcChannel;
-  await ch.rpc(TX.select, {}, TX.selectOk);
-  await ch.prefetch(WINDOW);
-  let returned = 0;
-  ch.on('return', () => returned++);
+async function bareTxReplay(model: amqp.ChannelModel, c: ConsumerTopology, n: number, channels: number): Promise<number> {
+  const batchSize = Math.ceil(WINDOW / channels);
   let taken = 0;
   let committed = 0;
-  let waiting: amqp.ConsumeMessage[] = [];
-  let inflight = false;
-  let tag = '';
+  let returned = 0;
+  const lanes: { ch: RpcChannel; waiting: amqp.ConsumeMessage[]; inflight: boolean; tag: string }[] = [];
+  for (let i = 0; i < channels; i++) {
+    const ch = (await model.createChannel()) as RpcChannel;
+    await ch.rpc(TX.select, {}, TX.selectOk);
+    await ch.prefetch(2 * batchSize);
+    ch.on('return', () => returned++);
+    lanes.push({ ch, waiting: [], inflight: false, tag: '' });
+  }
   await new Promise<void>((resolve, reject) => {
-    const commit = (): void => {
-      if (inflight || waiting.length === 0 || (waiting.length < WINDOW && taken < n)) return;
-      const batch = waiting;
-      waiting = [];
+    const commit = (lane: (typeof lanes)[number]): void => {
+      if (lane.inflight || lane.waiting.length === 0 || (lane.waiting.length < batchSize && taken < n)) return;
+      const batch = lane.waiting.splice(0, batchSize);
       for (const msg of batch) {
-        ch.publish('', c.queue, msg.content, { ...movedProperties(msg), mandatory: true });
-        ch.ack(msg);
+        lane.ch.publish('', c.queue, msg.content, { ...movedProperties(msg), mandatory: true });
+        lane.ch.ack(msg);
       }
-      inflight = true;
-      ch.rpc(TX.commit, {}, TX.commitOk).then(() => {
-        inflight = false;
+      lane.inflight = true;
+      lane.ch.rpc(TX.commit, {}, TX.commitOk).then(() => {
+        lane.inflight = false;
         committed += batch.length;
         if (committed === n) resolve();
-        else commit();
+        else commit(lane);
       }, reject);
     };
-    ch.consume(c.parkedQueue, (msg) => {
-      if (msg === null) return reject(new Error('bare transactional replay cancelled'));
-      if (taken >= n) return; // not of this run: it goes back when the channel closes
-      taken++;
-      waiting.push(msg);
-      commit();
-    }).then((ok) => (tag = ok.consumerTag), reject);
+    for (const lane of lanes) {
+      lane.ch
+        .consume(c.parkedQueue, (msg) => {
+          if (msg === null) return reject(new Error('bare transactional replay cancelled'));
+          if (taken >= n) return; // not of this run: it goes back when the channel closes
+          taken++;
+          lane.waiting.push(msg);
+          // The last one taken: every channel commits what it holds.
+          if (taken === n) for (const l of lanes) commit(l);
+          else commit(lane);
+        })
+        .then((ok) => (lane.tag = ok.consumerTag), reject);
+    }
   });
   const finished = performance.now();
-  await ch.cancel(tag);
-  await ch.close();
+  for (const lane of lanes) {
+    await lane.ch.cancel(lane.tag);
+    await lane.ch.close();
+  }
   if (returned > 0) throw new Error(`${returned} bare transactional copies were returned unroutable`);
   return finished;
 }
@@ -244,7 +258,7 @@ async function replayVsBare(lib: Awaited<ReturnType<typeof loadBuilt>>, url: str
     queueType,
     async (model, topology, c) => {
       const version = brokerVersion(model);
-      type Who = 'warren' | 'bare' | 'bareTx';
+      type Who = 'warren' | 'bare' | 'bareTx' | 'bareTx2';
       const run = async (who: Who, n: number): Promise<Replayed> => {
         await park(model, topology, c, n);
         const cpu = process.cpuUsage();
@@ -257,7 +271,7 @@ async function replayVsBare(lib: Awaited<ReturnType<typeof loadBuilt>>, url: str
           used = process.cpuUsage(cpu);
           if (result.replayed !== n) throw new Error(`replayed ${result.replayed} of ${n}`);
         } else {
-          finished = who === 'bare' ? await bareReplay(model, c, n) : await bareTxReplay(model, c, n);
+          finished = who === 'bare' ? await bareReplay(model, c, n) : await bareTxReplay(model, c, n, who === 'bareTx' ? 1 : 2);
           used = process.cpuUsage(cpu);
         }
         const seconds = (finished - started) / 1000;
@@ -266,29 +280,32 @@ async function replayVsBare(lib: Awaited<ReturnType<typeof loadBuilt>>, url: str
         return { rate: n / seconds, cpuUs: (used.user + used.system) / n };
       };
       // Warm up the JIT and the queues.
-      for (const who of ['warren', 'bare', 'bareTx'] as const) await run(who, Math.min(500, MESSAGES));
-      const got: Record<Who, Replayed[]> = { warren: [], bare: [], bareTx: [] };
+      for (const who of ['warren', 'bare', 'bareTx', 'bareTx2'] as const) await run(who, Math.min(500, MESSAGES));
+      const got: Record<Who, Replayed[]> = { warren: [], bare: [], bareTx: [], bareTx2: [] };
       const ratios: number[] = [];
       const txRatios: number[] = [];
       const orders: readonly (readonly Who[])[] = [
-        ['bare', 'warren', 'bareTx'],
-        ['warren', 'bareTx', 'bare'],
-        ['bareTx', 'bare', 'warren'],
+        ['bare', 'warren', 'bareTx', 'bareTx2'],
+        ['warren', 'bareTx2', 'bare', 'bareTx'],
+        ['bareTx', 'bare', 'bareTx2', 'warren'],
+        ['bareTx2', 'bareTx', 'warren', 'bare'],
       ];
       for (let round = 0; round < ROUNDS; round++) {
         for (const who of orders[round % orders.length] as readonly Who[]) got[who].push(await run(who, MESSAGES));
         const w = got.warren.at(-1) as Replayed;
         const b = got.bare.at(-1) as Replayed;
         const t = got.bareTx.at(-1) as Replayed;
+        const t2 = got.bareTx2.at(-1) as Replayed;
         ratios.push(w.rate / b.rate);
         txRatios.push(w.rate / t.rate);
         log(
           `${brokerLabel(url)} ${queueType} round ${round + 1}: warren ${Math.round(w.rate)}/s (${w.cpuUs.toFixed(1)} µs CPU), bare ${Math.round(b.rate)}/s (${b.cpuUs.toFixed(1)} µs CPU), ` +
-            `bare transactional ${Math.round(t.rate)}/s (${t.cpuUs.toFixed(1)} µs CPU), ratio ${(ratios.at(-1) as number).toFixed(3)}, to transactional ${(txRatios.at(-1) as number).toFixed(3)}`,
+            `bare transactional ${Math.round(t.rate)}/s (${t.cpuUs.toFixed(1)} µs CPU), on two channels ${Math.round(t2.rate)}/s, ratio ${(ratios.at(-1) as number).toFixed(3)}, to transactional ${(txRatios.at(-1) as number).toFixed(3)}`,
         );
       }
       const bare = `bare consume-publish-confirm-ack, prefetch ${WINDOW}`;
       const bareTx = `bare, one transaction per ${WINDOW}`;
+      const bareTx2 = `bare, two channels, one transaction per ${WINDOW / 2} on each`;
       const rate = (who: Who): number => median(got[who].map((r) => r.rate));
       const cpu = (who: Who): number => median(got[who].map((r) => r.cpuUs));
       return [
@@ -310,6 +327,7 @@ async function replayVsBare(lib: Awaited<ReturnType<typeof loadBuilt>>, url: str
           goal: '(reference)',
         },
         { group: '  same, client CPU', metric: 'microseconds per message, median', warren: cpu('warren'), baseline: cpu('bareTx'), baselineName: bareTx },
+        { group: '  same, against the move by hand on two transactional channels in turn', metric: 'messages/s, median', warren: rate('warren'), baseline: rate('bareTx2'), baselineName: bareTx2, goal: '(reference)' },
       ];
     },
     url,
