@@ -179,7 +179,9 @@ function messageText(error: unknown): string {
  *   the original acknowledged; if the walk stops early, the messages it did not reach
  *   are copied to the back after them, which restores the order.
  * - `move`: published with `mandatory`, and the original acknowledged; if the broker
- *   returns it (its target queue is gone), the original is put back in the queue.
+ *   returns it (its target queue is gone), the original is put back in the queue: at
+ *   its back on a classic queue, in its place on a quorum queue (where a move is never
+ *   committed with the copies that follow it).
  * - `remove`: acknowledged.
  *
  * Every publish and acknowledgement is committed in a transaction (`tx.commit`), a
@@ -662,6 +664,24 @@ class Walk {
   }
 
   /**
+   * On a quorum queue, how many of the first `n` pending changes can share a commit
+   * without putting the queue out of order: a batch ends before a copy (or a restore)
+   * that follows a move. Should the broker return the move, its original (acknowledged
+   * in that commit) is parked again by a copy at the head of the next batch, still
+   * ahead of the copies of the messages that came after it.
+   */
+  private inOrder(n: number): number {
+    if (!this.s.quorum) return n;
+    let moved = false;
+    for (let i = 0; i < n; i++) {
+      const kind = (this.pending[i] as Change).kind;
+      if (kind === 'move') moved = true;
+      else if (moved && (kind === 'copy' || kind === 'restore')) return i;
+    }
+    return n;
+  }
+
+  /**
    * Sends the next batch of pending changes (publishes, then acknowledgements) and its
    * `tx.commit`, once the commit before it is back; returns false when none can be sent
    * yet (see {@link Walk.committable}). The broker applies a batch in full or, if the
@@ -679,6 +699,7 @@ class Walk {
       n = this.committable(limit);
     }
     if (n === 0) return false;
+    n = this.inOrder(n);
     const batch = n === this.pending.length ? this.pending : this.pending.slice(0, n);
     this.pending = n === this.pending.length ? [] : this.pending.slice(n);
     for (const change of batch) {
@@ -766,7 +787,7 @@ class Walk {
       this.failed.push({
         position: move.position,
         messageId: typeof move.d.m.properties.messageId === 'string' ? move.d.m.properties.messageId : undefined,
-        error: `the broker returned it (${f.replyCode ?? 312} ${f.replyText ?? 'NO_ROUTE'}): no queue '${move.to.routingKey}' to route to via exchange '${f.exchange || '(default)'}'; ${this.s.quorum ? 'it is parked again, after the messages the walk kept and ahead of those it did not reach' : 'it is parked again, at the back of the queue'}`,
+        error: `the broker returned it (${f.replyCode ?? 312} ${f.replyText ?? 'NO_ROUTE'}): no queue '${move.to.routingKey}' to route to via exchange '${f.exchange || '(default)'}'; ${this.s.quorum ? 'it is parked again in its place, the queue in its order' : 'it is parked again, at the back of the queue'}`,
       });
       restores.push({ kind: 'restore', m: move.d.m });
     }

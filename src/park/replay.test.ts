@@ -223,29 +223,31 @@ describe('replay of a message parked with a PermanentError', () => {
 });
 
 describe.each(['classic', 'quorum'] as const)('a move the broker returns (%s queue)', (queueType) => {
-  it('parks the original again where its error says', async () => {
+  // One change per commit, and ten: the returned move then shares its commit with kept
+  // messages before and after it.
+  it.each([1, 10])('parks the original again where its error says (maxInFlight %i)', async (maxInFlight) => {
     const t = parkedTopology(queueType);
     const billing = t.consumer('billing');
     const conn = await declared(t);
-    const ids = await publishParked(conn, t, billing, failures(5));
-    // The second message goes to a queue that does not exist; the others are kept.
+    const ids = await publishParked(conn, t, billing, failures(40));
+    // The fifth message goes to a queue that does not exist; the others are kept.
     const result = await walkParked(
       conn,
       billing.parkedQueue,
-      (m): Verdict => (m.position === 2 ? { action: 'move', to: { exchange: '', routingKey: `${billing.queue}.missing`, content: m.content, properties: { messageId: m.messageId ?? '' } } } : { action: 'keep' }),
-      { queueType, maxInFlight: 1 },
+      (m): Verdict => (m.position === 5 ? { action: 'move', to: { exchange: '', routingKey: `${billing.queue}.missing`, content: m.content, properties: { messageId: m.messageId ?? '' } } } : { action: 'keep' }),
+      { queueType, maxInFlight },
     );
     expect(result.stopReason).toBe('unroutable');
-    expect(result.failed.map((f) => f.messageId)).toEqual([ids[1]]);
+    expect(result.failed.map((f) => f.messageId)).toEqual([ids[4]]);
     const left = await peekIds(conn, billing.parkedQueue);
     if (queueType === 'classic') {
       // Kept and unexamined messages go back in place; the returned one is published at the back.
       expect(result.failed[0]?.error).toMatch(/it is parked again, at the back of the queue$/);
-      expect(left).toEqual([ids[0], ids[2], ids[3], ids[4]].concat(ids[1] as string));
+      expect(left).toEqual([...ids.slice(0, 4), ...ids.slice(5), ids[4]]);
     } else {
-      // Kept messages are copied to the back in order, the returned one after them, then
-      // the rest the walk did not reach: the queue's order is the same as before.
-      expect(result.failed[0]?.error).toMatch(/after the messages the walk kept and ahead of those it did not reach$/);
+      // Kept messages are copied to the back in order, the returned one in its place
+      // among them, then the rest the walk did not reach: the order is as before.
+      expect(result.failed[0]?.error).toMatch(/it is parked again in its place, the queue in its order$/);
       expect(left).toEqual(ids);
     }
   });
