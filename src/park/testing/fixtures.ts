@@ -86,16 +86,19 @@ export async function declared(topology: Topology): Promise<amqp.ChannelModel> {
 export async function peekIds(conn: amqp.ChannelModel, queue: string): Promise<string[]> {
   const ch = await conn.createChannel();
   const ids: string[] = [];
-  let last: amqp.GetMessage | undefined;
+  const held: amqp.GetMessage[] = [];
   try {
     for (;;) {
       const m = await ch.get(queue, { noAck: false });
       if (m === false) break;
-      last = m;
+      held.push(m);
       ids.push(String(m.properties.messageId));
     }
-    // A full read requeued at once keeps its order on classic and quorum queues alike.
-    if (last) ch.nack(last, true, true);
+    // Requeued one by one, head first, the queue keeps its order: a classic queue puts
+    // each back in its place, a quorum queue in the order of the requeues (RabbitMQ 3.x
+    // at the back, 4.x at the head). One requeue of them all at once (`multiple`) can
+    // leave a 4.x quorum queue out of order when the broker is busy.
+    for (const m of held) ch.nack(m, false, true);
   } finally {
     await ch.close().catch(() => undefined);
   }
