@@ -453,7 +453,7 @@ class Walk {
         if (this.s.quorum && unexamined > 0 && (this.kept > 0 || this.unread() > 0 || this.mayReceive())) await this.rotate();
         await this.cancelConsumer();
         await this.settle();
-      })().catch((e: unknown) => { if (process.env["WALK_DEBUG"]) console.error("WALKDEBUG swallowed", e); });
+      })().catch(() => undefined);
       throw error;
     } finally {
       this.s.signal?.removeEventListener('abort', onAbort);
