@@ -5,6 +5,7 @@ import * as amqp from 'amqplib';
 import { resolveEndpoints, type Endpoints, type TlsOptions } from '../connection/endpoints.js';
 import { diagnoseHandshake } from '../connection/handshake.js';
 import { redactUrl } from '../connection/url.js';
+import { coalesceWrites } from '../connection/writes.js';
 import { BrokerHandshakeError, InvalidOptionError, StoreSchemaError, StoreUnavailableError } from '../errors.js';
 import { ManagementClient } from '../management/client.js';
 import type { Store } from '../store/index.js';
@@ -347,6 +348,7 @@ export async function connect(s: BrokerSettings, cwd = process.cwd(), note: (lin
         ...(url.startsWith('amqps:') ? tls : {}),
         ...(credentials ? { credentials: amqp.credentials.plain(credentials.username, credentials.password) } : {}),
       });
+      coalesceWrites(model);
     } catch (error) {
       const shown = shownUrl(url, credentials);
       let refused = diagnoseHandshake(error, shown, FROM.url);

@@ -5,6 +5,7 @@ import { diagnoseHandshake } from './handshake.js';
 import { toLogger, type Logger } from '../logger.js';
 import { redactUrl } from './url.js';
 import { nextIndex, resolveEndpoints, type Endpoints, type TlsOptions } from './endpoints.js';
+import { coalesceWrites } from './writes.js';
 
 export { redactUrl };
 export type { TlsOptions };
@@ -288,6 +289,7 @@ export class BrokerConnection extends EventEmitter {
     // Before anything else: an 'error' with no listener is an uncaught exception that
     // ends the process (a socket that closes while this connection is being closed).
     model.on('error', (err: Error) => this.logger.warn('connection error', { error: err.message }));
+    coalesceWrites(model);
     if (this.closing) {
       await this.closeModel(model);
       throw new ClosedError('The connection');

@@ -8,6 +8,7 @@ import type { Warren } from '../warren.js';
 import type { Authorize } from './auth.js';
 import { memoryActionLog, type ActionLog } from './record.js';
 import { redactText, redactUrl } from './redact.js';
+import { coalesceWrites } from '../connection/writes.js';
 
 /** Options of {@link warrenConsole}. */
 export interface ConsoleOptions {
@@ -109,6 +110,7 @@ function ownConnection(url: string): { get: () => Promise<amqp.ChannelModel>; cl
       model ??= amqp.connect(url, { noDelay: true, clientProperties: { connection_name: 'warren-console' } }).then(
         (m) => {
           m.on('error', () => undefined);
+          coalesceWrites(m);
           m.on('close', () => {
             model = undefined;
           });
