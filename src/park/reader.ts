@@ -117,8 +117,6 @@ export interface WalkResult {
 const DEFAULTS = { maxHeld: 10_000, maxInFlight: 500, maxCommitDelayMs: 50 } as const;
 /** The largest prefetch AMQP can carry (a 16-bit field). */
 const MAX_PREFETCH = 65_535;
-/** The walk's transactional channels: one commits a batch while the other is sent the next. */
-const LANES = 2;
 /** How long a walk waits for a delivery before it asks the broker whether the queue still has any. */
 const IDLE_CHECK_MS = 100;
 
@@ -220,40 +218,25 @@ export async function walkParked(
   options: WalkOptions = {},
 ): Promise<WalkResult> {
   const s = settings(options);
-  const lanes: Lane[] = [];
+  const ch = await model.createChannel();
+  const walk = new Walk(ch, queue, s);
   try {
-    for (let i = 0; i < LANES; i++) {
-      const ch = await model.createChannel();
-      // Until the walk listens (below): a channel error with no listener would end the process.
-      ch.on('error', () => undefined);
-      lanes.push({ ch, prefetch: 0, inflight: undefined, inflightDone: false, returns: [] });
-    }
-  } catch (error) {
-    await Promise.all(lanes.map((l) => closeChannel(l.ch)));
-    throw error;
-  }
-  const walk = new Walk(lanes, queue, s);
-  try {
-    await Promise.all(lanes.map((l) => (l.ch as unknown as RpcChannel).rpc(TX.select, {}, TX.selectOk)));
+    await (ch as unknown as RpcChannel).rpc(TX.select, {}, TX.selectOk);
     const result = await walk.run(visit);
     if (!s.quorum) {
       // Hand what a classic queue's walk still holds back to the queue, in place, before
-      // returning: left to the channels' close, it comes back a moment after, and an
+      // returning: left to the channel's close, it comes back a moment after, and an
       // operation started at once (a replay right after a listing) would miss it.
       // Should this fail, the channel is gone, and its close gives them back all the same.
-      await Promise.all(
-        lanes.map((l) => {
-          l.ch.nackAll(true);
-          return (l.ch as unknown as RpcChannel).rpc(TX.commit, {}, TX.commitOk).catch(() => undefined);
-        }),
-      );
+      ch.nackAll(true);
+      await (ch as unknown as RpcChannel).rpc(TX.commit, {}, TX.commitOk).catch(() => undefined);
     }
     return result;
   } finally {
     walk.close();
-    // Closing a channel discards its uncommitted batch and puts every message it holds
-    // back (a classic queue: in its old place).
-    await Promise.all(lanes.map((l) => closeChannel(l.ch)));
+    // Closing the channel discards an uncommitted batch and puts every held message back
+    // (a classic queue: in its old place).
+    await closeChannel(ch);
   }
 }
 
@@ -291,32 +274,12 @@ interface RpcChannel {
 }
 
 /**
- * One of the walk's two transactional channels. A channel takes nothing while its
- * `tx.commit` is on its way, so the walk commits on two in turn: while one commits a
- * batch, the other is sent the next.
- */
-interface Lane {
-  readonly ch: amqp.Channel;
-  /** The prefetch last set on the channel (each new consumer takes it). */
-  prefetch: number;
-  /** The commit on its way, if any: nothing is sent on the channel until it is back. */
-  inflight: Promise<void> | undefined;
-  inflightDone: boolean;
-  /** Messages the broker returned on this channel since its last batch was sent (before commit-ok). */
-  readonly returns: amqp.Message[];
-}
-
-/**
- * One consumer of the walk, on one lane. The broker sends it at most `prefetch` messages
- * more than the acknowledgements committed for it, so what may still arrive is
- * `settled + prefetch - delivered` ({@link Walk.capacity}) until it is cancelled. It is
- * cancelled once it has received `prefetch` (its stretch of the queue), and the next
- * stretch is read by a new consumer on the other lane: only one consumer of the walk is
- * ever open, so messages arrive in queue order.
+ * One consumer of the walk. The broker sends it at most `prefetch` messages more than
+ * the acknowledgements committed for it, so what may still arrive is
+ * `settled + prefetch - delivered` ({@link Walk.capacity}) until it is cancelled.
  */
 interface Consumer {
   readonly tag: string;
-  readonly lane: Lane;
   readonly prefetch: number;
   /** Deliveries received. */
   delivered: number;
@@ -333,12 +296,12 @@ interface Delivery {
   readonly from: Consumer;
 }
 
-/** One uncommitted change. A restore (a returned move's original, parked again) is acknowledged by nothing, so it can go on either lane. */
+/** One uncommitted change. */
 type Change =
   | { readonly kind: 'remove'; readonly d: Delivery }
   | { readonly kind: 'copy'; readonly d: Delivery }
   | { readonly kind: 'move'; readonly d: Delivery; readonly position: number; readonly to: MoveTarget }
-  | { readonly kind: 'restore'; readonly m: amqp.ConsumeMessage; readonly position: number };
+  | { readonly kind: 'restore'; readonly m: amqp.ConsumeMessage };
 
 let walks = 0;
 
@@ -357,47 +320,40 @@ class Walk {
   private unroutable = false;
   /** The queue had nothing ready and the consumer was cancelled: nothing more will arrive. */
   private dry = false;
-  /** False once the walk has stopped reading: no new consumer is opened. */
-  private reading = true;
   private readonly failed: MoveFailure[] = [];
   /** Received and not examined yet, in queue order: `buffer[head]` is the next. */
   private buffer: Delivery[] = [];
   private head = 0;
-  /** The newest consumer: the only one that may still receive. */
   private consumer: Consumer | undefined;
-  /** A change of consumer under way (cancel the old one, open the next on the other lane). */
-  private switching: Promise<void> | undefined;
   private consumers = 0;
-  /** The most messages one consumer reads: half the read-ahead, so that the next stretch can arrive while one is examined. */
-  private readonly stretch: number;
+  private prefetch = 0;
   private pending: Change[] = [];
   private oldestPending = 0;
+  /** The commit on its way, if any: nothing else is sent on the channel until it is back. */
+  private inflight: Promise<void> | undefined;
+  private inflightDone = false;
   private commitError: unknown;
-  /** The newest batch's commit: the next batch is sent while it is on its way, and committed after it. */
-  private lastCommit: Promise<void> | undefined;
+  private readonly returns: amqp.Message[] = [];
   private wake: (() => void) | undefined;
   private readonly id = ++walks;
 
   constructor(
-    private readonly lanes: readonly Lane[],
+    private readonly ch: amqp.Channel,
     private readonly queue: string,
     private readonly s: Settings,
   ) {
-    this.stretch = Math.max(1, Math.ceil(s.readAhead / 2));
-    for (const lane of lanes) {
-      lane.ch.on('error', (err: Error) => {
-        this.closedReason ??= err.message;
-        this.wake?.();
-      });
-      lane.ch.on('close', () => {
-        if (!this.closing) this.closedReason ??= 'the channel closed';
-        this.wake?.();
-      });
-      // In a transaction the broker returns an unroutable message at the commit, before commit-ok.
-      lane.ch.on('return', (msg: amqp.Message) => {
-        lane.returns.push(msg);
-      });
-    }
+    ch.on('error', (err: Error) => {
+      this.closedReason ??= err.message;
+      this.wake?.();
+    });
+    ch.on('close', () => {
+      if (!this.closing) this.closedReason ??= 'the channel closed';
+      this.wake?.();
+    });
+    // In a transaction the broker returns an unroutable message at the commit, before commit-ok.
+    ch.on('return', (msg: amqp.Message) => {
+      this.returns.push(msg);
+    });
   }
 
   close(): void {
@@ -408,13 +364,9 @@ class Walk {
     return this.closedReason !== undefined;
   }
 
-  private get first(): Lane {
-    return this.lanes[0] as Lane;
-  }
-
   async run(visit: (message: ParkedMessage) => Verdict | Promise<Verdict>): Promise<WalkResult> {
     try {
-      this.total = (await this.first.ch.checkQueue(this.queue)).messageCount;
+      this.total = (await this.ch.checkQueue(this.queue)).messageCount;
     } catch (error) {
       if (hasCode(error, 404)) throw new QueueNotFoundError(this.queue, { cause: error });
       throw error;
@@ -465,7 +417,7 @@ class Walk {
         if (verdict.action === 'keep') this.keep(d);
         else if (verdict.action === 'remove') this.change({ kind: 'remove', d });
         else this.change({ kind: 'move', d, position, to: verdict.to });
-        if (this.pending.length >= this.s.maxInFlight || (this.pending.length > 0 && Date.now() - this.oldestPending >= this.s.maxCommitDelayMs)) await this.flush(true);
+        if (this.pending.length >= this.s.maxInFlight || (this.pending.length > 0 && Date.now() - this.oldestPending >= this.s.maxCommitDelayMs)) await this.flush();
         if (verdict.stop) {
           stopReason = this.s.signal?.aborted ? 'aborted' : 'stopped';
           break;
@@ -485,7 +437,7 @@ class Walk {
         kept: this.kept,
         removed: this.removed,
         moved: this.moved,
-        failed: this.failed.sort((a, b) => a.position - b.position),
+        failed: this.failed,
         notExamined,
         stopReason,
         rewritten: this.copied,
@@ -493,7 +445,7 @@ class Walk {
     } catch (error) {
       if (error instanceof WalkInterruptedError) throw error;
       if (this.broken) throw this.interrupted(error);
-      // Settle what was decided before the error; closing the channels puts back the rest
+      // Settle what was decided before the error; closing the channel puts back the rest
       // (in place on a classic queue; on a quorum queue, where kept messages went to the
       // back, the unexamined ones follow them there first, as when a walk stops early).
       const unexamined = this.total - this.scanned;
@@ -545,9 +497,8 @@ class Walk {
     return d;
   }
 
-  /** Whether anything more may arrive: the newest consumer has room, or a new one is being opened. */
   private mayReceive(): boolean {
-    return this.switching !== undefined || (this.consumer !== undefined && this.capacity(this.consumer) > 0);
+    return this.consumer !== undefined && this.capacity(this.consumer) > 0;
   }
 
   private deliver(c: Consumer, m: amqp.ConsumeMessage | null): void {
@@ -558,10 +509,8 @@ class Walk {
       c.delivered += 1;
       this.received += 1;
       this.buffer.push({ m, from: c });
-      // Everything the walk may take has arrived, or all of this consumer's stretch: cancel,
-      // so that acknowledgements open nothing more for it.
-      if (c.state === 'open' && (this.received >= this.bound || c.delivered >= c.prefetch)) void this.cancel(c);
-      this.readAheadMore();
+      // Everything the walk may take has arrived: cancel, so that acknowledgements open nothing more.
+      if (this.received >= this.bound && c.state === 'open') void this.cancel(c);
     }
     this.wake?.();
   }
@@ -575,20 +524,21 @@ class Walk {
     for (;;) {
       if (abortable && this.s.signal?.aborted) return 'aborted';
       const d = this.take();
-      if (d !== undefined) {
-        this.readAheadMore();
-        return d;
-      }
+      if (d !== undefined) return d;
       if (this.broken) throw this.interrupted();
       if (this.received >= this.bound || this.dry) return undefined;
       // Nothing to examine: commit meanwhile, or examine what arrives while a commit is on its way.
-      await this.settleDone();
-      if (this.pending.length > 0 && (await this.flush(false))) continue;
+      if (this.inflight !== undefined) {
+        if (this.inflightDone) await this.settleInflight();
+        else await this.wait(IDLE_CHECK_MS);
+        continue;
+      }
+      if (this.pending.length > 0 && (await this.flush())) continue;
       await this.ensureConsumer();
       if (this.unread() > 0) continue;
       const before = this.received;
       await this.wait(IDLE_CHECK_MS);
-      if (this.received === before && !this.busy() && !this.broken && !(abortable && this.s.signal?.aborted)) await this.checkDry();
+      if (this.received === before && !this.broken && !(abortable && this.s.signal?.aborted)) await this.checkDry();
     }
   }
 
@@ -605,62 +555,25 @@ class Walk {
   }
 
   /**
-   * Opens the next stretch ahead of time: once the newest consumer is closed to more
-   * (its stretch is in, or it was cancelled) and what is received and not examined
-   * leaves room for another stretch within the read-ahead.
-   */
-  private readAheadMore(): void {
-    const c = this.consumer;
-    if (this.switching !== undefined || c === undefined || c.state === 'open' || !this.reading || this.dry || this.broken || this.closing) return;
-    const left = this.bound - this.received;
-    if (left <= 0 || this.unread() + Math.min(this.stretch, left) > this.s.readAhead) return;
-    this.switchConsumer();
-  }
-
-  private switchConsumer(): Promise<void> {
-    this.switching ??= this.openNext()
-      .catch((error: unknown) => {
-        this.closedReason ??= messageText(error);
-      })
-      .finally(() => {
-        this.switching = undefined;
-        this.wake?.();
-      });
-    return this.switching;
-  }
-
-  /**
-   * A consumer that can receive: the newest one while it may; else a new one (on the
-   * other lane, after the old one is cancelled), with a prefetch no larger than what the
-   * walk may still take.
+   * A consumer that can receive: the current one while it may; else (a classic queue
+   * whose prefetch is all held by kept messages) a new one, after the old one is
+   * cancelled, with a prefetch no larger than what the walk may still take.
    */
   private async ensureConsumer(): Promise<void> {
-    if (this.switching !== undefined) await this.switching;
-    if (this.broken) throw this.interrupted();
     const old = this.consumer;
-    if (old !== undefined && old.state === 'open' && this.capacity(old) > 0) return;
-    if (this.received >= this.bound) return;
-    await this.switchConsumer();
-    if (this.broken) throw this.interrupted();
-  }
-
-  /** Cancels the newest consumer (if any), then opens one on the next lane for the next stretch. */
-  private async openNext(): Promise<void> {
-    const old = this.consumer;
-    if (old !== undefined) await this.cancel(old);
-    // Checked after every wait: the walk may have stopped reading meanwhile.
-    const stopped = (): boolean => !this.reading || this.broken || this.closing || this.received >= this.bound;
-    if (stopped()) return;
-    const lane = this.lanes[this.consumers % this.lanes.length] as Lane;
-    const prefetch = Math.min(this.stretch, this.bound - this.received);
-    if (prefetch !== lane.prefetch) {
-      await lane.ch.prefetch(prefetch);
-      lane.prefetch = prefetch;
-      if (stopped()) return;
+    if (old !== undefined && this.capacity(old) > 0) return;
+    if (old !== undefined) {
+      await this.cancel(old);
+      if (this.broken) throw this.interrupted();
     }
-    const c: Consumer = { tag: `warren-walk-${process.pid}-${this.id}-${++this.consumers}`, lane, prefetch, delivered: 0, settled: 0, state: 'open' };
+    const prefetch = Math.min(this.s.readAhead, this.bound - this.received);
+    if (prefetch !== this.prefetch) {
+      await this.ch.prefetch(prefetch);
+      this.prefetch = prefetch;
+    }
+    const c: Consumer = { tag: `warren-walk-${process.pid}-${this.id}-${++this.consumers}`, prefetch, delivered: 0, settled: 0, state: 'open' };
     this.consumer = c;
-    await lane.ch.consume(this.queue, (m) => this.deliver(c, m), { noAck: false, consumerTag: c.tag });
+    await this.ch.consume(this.queue, (m) => this.deliver(c, m), { noAck: false, consumerTag: c.tag });
   }
 
   /**
@@ -670,7 +583,7 @@ class Walk {
   private cancel(c: Consumer): Promise<void> {
     if (c.cancelled === undefined) {
       c.state = 'cancelling';
-      c.cancelled = (c.lane.ch as unknown as RpcChannel).rpc(BASIC_CANCEL.cancel, { consumerTag: c.tag, nowait: false }, BASIC_CANCEL.cancelOk).then(
+      c.cancelled = (this.ch as unknown as RpcChannel).rpc(BASIC_CANCEL.cancel, { consumerTag: c.tag, nowait: false }, BASIC_CANCEL.cancelOk).then(
         () => {
           c.state = 'cancelled';
         },
@@ -682,10 +595,7 @@ class Walk {
     return c.cancelled;
   }
 
-  /** Stops reading: no consumer is opened from now on, and the newest one is cancelled. */
   private async cancelConsumer(): Promise<void> {
-    this.reading = false;
-    if (this.switching !== undefined) await this.switching;
     if (this.consumer === undefined || this.broken) return;
     await this.cancel(this.consumer);
     if (this.broken) throw this.interrupted();
@@ -696,7 +606,7 @@ class Walk {
    * rest, or it expired), cancel; what was on its way arrives before cancel-ok.
    */
   private async checkDry(): Promise<void> {
-    const ready = (await this.first.ch.checkQueue(this.queue)).messageCount;
+    const ready = (await this.ch.checkQueue(this.queue)).messageCount;
     if (ready > 0 || this.received >= this.bound) return;
     await this.cancelConsumer();
     this.dry = true;
@@ -712,37 +622,27 @@ class Walk {
       const d = await this.next(false);
       if (d === undefined || d === 'aborted') break;
       this.change({ kind: 'copy', d });
-      if (this.pending.length >= this.s.maxInFlight) await this.flush(true);
+      if (this.pending.length >= this.s.maxInFlight) await this.flush();
     }
   }
 
   /** Commits everything decided, and waits for it. */
   private async settle(): Promise<void> {
     for (;;) {
-      for (const lane of this.lanes) await this.settleLane(lane);
+      await this.settleInflight();
       if (this.pending.length === 0) return;
-      if (!(await this.flush(true))) await this.cancelConsumer();
+      if (!(await this.flush())) await this.cancelConsumer();
     }
   }
 
-  private busy(): boolean {
-    return this.lanes.some((l) => l.inflight !== undefined);
-  }
-
-  /** Waits for `lane`'s commit, if one is on its way, and throws what ended the walk. */
-  private async settleLane(lane: Lane): Promise<void> {
-    const inflight = lane.inflight;
+  private async settleInflight(): Promise<void> {
+    const inflight = this.inflight;
     if (inflight !== undefined) {
+      this.inflight = undefined;
       await inflight;
-      if (lane.inflight === inflight) lane.inflight = undefined;
     }
     if (this.commitError !== undefined) throw this.commitError;
     if (this.broken) throw this.interrupted();
-  }
-
-  /** Takes in the commits that are back (their returned moves join the pending changes). */
-  private async settleDone(): Promise<void> {
-    for (const lane of this.lanes) if (lane.inflight !== undefined && lane.inflightDone) await this.settleLane(lane);
   }
 
   /**
@@ -782,114 +682,65 @@ class Walk {
   }
 
   /**
-   * The lane of the first `n` pending changes and how many of them it can commit: a
-   * message is acknowledged on the channel it came on, so a batch ends where the
-   * messages of another lane begin. `ordered`: the batch puts messages in the parked
-   * queue (copies, restores), so it must wait until every commit before it is back.
-   */
-  private laneOf(n: number): { lane: Lane; count: number; ordered: boolean } {
-    let lane: Lane | undefined;
-    let ordered = false;
-    for (let i = 0; i < n; i++) {
-      const change = this.pending[i] as Change;
-      if (change.kind === 'restore') {
-        ordered = true;
-        continue;
-      }
-      if (lane === undefined) lane = change.d.from.lane;
-      else if (change.d.from.lane !== lane) return { lane, count: i, ordered };
-      if (change.kind === 'copy') ordered = true;
-    }
-    const free = (l: Lane): boolean => l.inflight === undefined && (this.consumer?.lane !== l || this.consumer.state === 'cancelled');
-    return { lane: lane ?? this.lanes.find(free) ?? this.first, count: n, ordered };
-  }
-
-  /**
    * Sends the next batch of pending changes (publishes, then acknowledgements) and its
-   * `tx.commit` on the batch's lane, once the lane's commit before it is back (and, for
-   * a batch that parks messages, every lane's). Returns false when none can be sent:
-   * none can be committed yet (see {@link Walk.committable}), or, unless `block`, the
-   * lanes it needs are busy. The broker applies a batch in full or, if its channel
-   * closes first, not at all.
+   * `tx.commit`, once the commit before it is back; returns false when none can be sent
+   * yet (see {@link Walk.committable}). The broker applies a batch in full or, if the
+   * channel closes first, not at all.
    */
-  private async flush(block: boolean): Promise<boolean> {
-    for (;;) {
-      await this.settleDone();
-      if (this.pending.length === 0) return false;
-      const limit = Math.min(this.pending.length, this.s.maxInFlight);
-      let n = this.committable(limit);
-      const c = this.consumer;
-      if (n === 0 && c?.state === 'cancelling' && block) {
-        await c.cancelled;
-        if (this.broken) throw this.interrupted();
-        continue;
-      }
-      if (n === 0) return false;
-      const { lane, count, ordered } = this.laneOf(this.inOrder(n));
-      n = count;
-      // Never publish on a channel whose consumer may still receive: a publish the broker
-      // refuses (an exchange that is gone) closes the channel, and a delivery it sent after
-      // the close would reach amqplib on a freed channel, which then closes the connection.
-      const reader = this.consumer;
-      if (reader !== undefined && reader.lane === lane && reader.state !== 'cancelled') {
-        const cancelled = this.cancel(reader);
-        if (!block) return false;
-        await cancelled;
-        if (this.broken) throw this.interrupted();
-        continue;
-      }
-      const busy = ordered ? this.lanes.filter((l) => l.inflight !== undefined) : lane.inflight !== undefined ? [lane] : [];
-      if (busy.length > 0) {
-        if (!block) return false;
-        // Wait, then look again: a commit that comes back may have returned moves to park again first.
-        for (const l of busy) await this.settleLane(l);
-        continue;
-      }
-      const batch = n === this.pending.length ? this.pending : this.pending.slice(0, n);
-      this.pending = n === this.pending.length ? [] : this.pending.slice(n);
-      lane.returns.length = 0;
-      for (const change of batch) {
-        const to = change.kind === 'copy' ? this.copyOf(change.d.m) : change.kind === 'restore' ? this.copyOf(change.m) : change.kind === 'move' ? change.to : undefined;
-        if (to !== undefined && !this.publish(lane, to)) await this.drained(lane);
-        if (change.kind !== 'restore') {
-          lane.ch.ack(change.d.m);
-          change.d.from.settled += 1;
-        }
-      }
-      lane.inflightDone = false;
-      // Committed only once the batch before it is: the queues take the batches in the walk's order.
-      const before = this.lastCommit;
-      lane.inflight = this.commit(lane, batch, before)
-        .catch((error: unknown) => {
-          this.commitError ??= error;
-        })
-        .finally(() => {
-          lane.inflightDone = true;
-          this.wake?.();
-        });
-      this.lastCommit = lane.inflight;
-      return true;
+  private async flush(): Promise<boolean> {
+    await this.settleInflight();
+    if (this.pending.length === 0) return false;
+    const limit = Math.min(this.pending.length, this.s.maxInFlight);
+    let n = this.committable(limit);
+    const c = this.consumer;
+    if (n === 0 && c?.state === 'cancelling') {
+      await c.cancelled;
+      if (this.broken) throw this.interrupted();
+      n = this.committable(limit);
     }
+    if (n === 0) return false;
+    n = this.inOrder(n);
+    const batch = n === this.pending.length ? this.pending : this.pending.slice(0, n);
+    this.pending = n === this.pending.length ? [] : this.pending.slice(n);
+    for (const change of batch) {
+      const to = change.kind === 'copy' ? this.copyOf(change.d.m) : change.kind === 'restore' ? this.copyOf(change.m) : change.kind === 'move' ? change.to : undefined;
+      if (to !== undefined && !this.publish(to)) await this.drained();
+      if (change.kind !== 'restore') {
+        this.ch.ack(change.d.m);
+        change.d.from.settled += 1;
+      }
+    }
+    this.returns.length = 0;
+    this.inflightDone = false;
+    this.inflight = this.commit(batch)
+      .catch((error: unknown) => {
+        this.commitError = error;
+      })
+      .finally(() => {
+        this.inflightDone = true;
+        this.wake?.();
+      });
+    return true;
   }
 
   /** Publishes `to` with `mandatory`; false when the socket's buffer is full (see {@link Walk.drained}). */
-  private publish(lane: Lane, to: MoveTarget): boolean {
+  private publish(to: MoveTarget): boolean {
     if (this.broken) throw this.interrupted();
     const p = to.properties;
-    return lane.ch.publish(to.exchange, to.routingKey, to.content, p.mandatory === true ? p : { ...p, mandatory: true });
+    return this.ch.publish(to.exchange, to.routingKey, to.content, p.mandatory === true ? p : { ...p, mandatory: true });
   }
 
   /** Waits until the socket takes writes again (or the channel closes). */
-  private async drained(lane: Lane): Promise<void> {
+  private async drained(): Promise<void> {
     if (!this.broken) {
       await new Promise<void>((resolve) => {
         const go = () => {
-          lane.ch.off('drain', go);
-          lane.ch.off('close', go);
+          this.ch.off('drain', go);
+          this.ch.off('close', go);
           resolve();
         };
-        lane.ch.on('drain', go);
-        lane.ch.on('close', go);
+        this.ch.on('drain', go);
+        this.ch.on('close', go);
       });
     }
   }
@@ -902,15 +753,11 @@ class Walk {
   /**
    * Waits for the batch's commit-ok and counts what it did. A move the broker returned
    * had its original acknowledged in the same commit, so the original is put back in
-   * the queue (a restore, ahead of every pending change, in the order of the walk).
+   * the queue (at its back) ahead of the next batch.
    */
-  private async commit(lane: Lane, batch: readonly Change[], before: Promise<void> | undefined): Promise<void> {
-    if (before !== undefined) await before;
-    // The batch before it failed: this one is not committed (its channel's close discards it).
-    if (this.commitError !== undefined) throw this.commitError;
-    if (this.broken) throw this.interrupted();
+  private async commit(batch: readonly Change[]): Promise<void> {
     try {
-      await (lane.ch as unknown as RpcChannel).rpc(TX.commit, {}, TX.commitOk);
+      await (this.ch as unknown as RpcChannel).rpc(TX.commit, {}, TX.commitOk);
     } catch (error) {
       this.closedReason ??= messageText(error);
       throw this.interrupted(error);
@@ -921,11 +768,11 @@ class Walk {
       else if (c.kind === 'copy') this.copied += 1;
       else if (c.kind === 'move') moves += 1;
     }
-    if (lane.returns.length === 0) {
+    if (this.returns.length === 0) {
       this.moved += moves;
       return;
     }
-    const returned = lane.returns.splice(0);
+    const returned = this.returns.splice(0);
     const restores: Change[] = [];
     for (const move of batch) {
       if (move.kind !== 'move') continue;
@@ -942,15 +789,11 @@ class Walk {
         messageId: typeof move.d.m.properties.messageId === 'string' ? move.d.m.properties.messageId : undefined,
         error: `the broker returned it (${f.replyCode ?? 312} ${f.replyText ?? 'NO_ROUTE'}): no queue '${move.to.routingKey}' to route to via exchange '${f.exchange || '(default)'}'; ${this.s.quorum ? 'it is parked again in its place, the queue in its order' : 'it is parked again, at the back of the queue'}`,
       });
-      restores.push({ kind: 'restore', m: move.d.m, position: move.position });
+      restores.push({ kind: 'restore', m: move.d.m });
     }
     if (restores.length > 0) {
       if (this.pending.length === 0) this.oldestPending = Date.now();
-      // The other lane's commit may have parked messages again already: keep them all in the walk's order.
-      let lead = 0;
-      while (lead < this.pending.length && (this.pending[lead] as Change).kind === 'restore') lead += 1;
-      const ahead = [...(this.pending.slice(0, lead) as Extract<Change, { kind: 'restore' }>[]), ...(restores as Extract<Change, { kind: 'restore' }>[])].sort((a, b) => a.position - b.position);
-      this.pending = [...ahead, ...this.pending.slice(lead)];
+      this.pending.unshift(...restores);
     }
   }
 }
