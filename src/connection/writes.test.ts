@@ -2,6 +2,7 @@ import * as amqp from 'amqplib';
 import { describe, expect, it } from 'vitest';
 import { BrokerConnection } from './index.js';
 import { coalesceWrites } from './writes.js';
+import { walkParked } from '../park/reader.js';
 import { AMQP_URL, onTeardown, uniqueName, waitFor } from '../../test/helpers.js';
 
 type Counted = { _write: (...a: unknown[]) => unknown; _writev?: (...a: unknown[]) => unknown };
@@ -79,5 +80,19 @@ describe('coalesceWrites', () => {
     await conn.open();
     const model = await conn.waitReady(5_000);
     expect(await writesFor(model, 200)).toBeLessThanOrEqual(3);
+  });
+
+  it("is applied by a walk of a parked queue to the connection it is given", async () => {
+    const model = await bare();
+    const ch = await model.createChannel();
+    const queue = uniqueName('writes-walk');
+    await ch.assertQueue(queue, { exclusive: true });
+    ch.sendToQueue(queue, Buffer.from('parked'));
+    await waitFor(async () => (await ch.checkQueue(queue)).messageCount === 1, `a message in ${queue}`);
+    expect(await writesFor(model, 200)).toBeGreaterThanOrEqual(100);
+    const result = await walkParked(model, queue, () => ({ action: 'keep' }));
+    expect(result).toMatchObject({ scanned: 1, kept: 1 });
+    expect(await writesFor(model, 200)).toBeLessThanOrEqual(3);
+    await ch.close();
   });
 });
