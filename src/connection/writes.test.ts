@@ -1,3 +1,4 @@
+import { PassThrough, Writable } from 'node:stream';
 import * as amqp from 'amqplib';
 import { describe, expect, it } from 'vitest';
 import { BrokerConnection } from './index.js';
@@ -94,5 +95,76 @@ describe('coalesceWrites', () => {
     expect(result).toMatchObject({ scanned: 1, kept: 1 });
     expect(await writesFor(model, 200)).toBeLessThanOrEqual(3);
     await ch.close();
+  });
+
+  /**
+   * amqplib's own multiplexer over a socket whose writes the test completes: at once (the
+   * kernel takes every byte) or only when `release` is called (the kernel's buffer is full).
+   */
+  async function muxOver(completeAtOnce: boolean) {
+    const model = await bare();
+    const Mux = (model as unknown as { connection: { muxer: { constructor: new (out: Writable) => unknown } } }).connection.muxer.constructor;
+    const written: string[] = [];
+    const waiting: (() => void)[] = [];
+    const settle = (cb: () => void) => (completeAtOnce ? cb() : waiting.push(cb));
+    const socket = new Writable({
+      highWaterMark: 16 * 1024,
+      write(chunk: Buffer, _encoding, cb) {
+        written.push(chunk.length > 1024 ? 'large' : 'small');
+        settle(cb);
+      },
+      writev(chunks, cb) {
+        for (const c of chunks) written.push((c.chunk as Buffer).length > 1024 ? 'large' : 'small');
+        settle(cb);
+      },
+    });
+    let drains = 0;
+    let writtenBeforeDrain = -1;
+    socket.on('drain', () => {
+      drains += 1;
+      if (writtenBeforeDrain < 0) writtenBeforeDrain = written.length;
+    });
+    const mux = new Mux(socket) as { pipeFrom(s: PassThrough): void; blocked: boolean };
+    expect(coalesceWrites({ connection: { muxer: mux, stream: socket } } as unknown as amqp.ChannelModel)).toBe(true);
+    // One channel publishing large messages (a frame of 64 KiB each), one that only acks.
+    const publishing = new PassThrough({ objectMode: true });
+    const acking = new PassThrough({ objectMode: true });
+    mux.pipeFrom(publishing);
+    mux.pipeFrom(acking);
+    for (let i = 0; i < 4; i++) publishing.write(Buffer.alloc(64 * 1024));
+    for (let i = 0; i < 10; i++) acking.write(Buffer.alloc(21));
+    const release = () => waiting.splice(0).forEach((cb) => cb());
+    return { mux, written, release, drains: () => drains, writtenBeforeDrain: () => writtenBeforeDrain };
+  }
+
+  const turn = () => new Promise((r) => setImmediate(r));
+
+  it('goes on past a large frame while the socket takes the bytes, so a channel that acks does not wait behind one that publishes', async () => {
+    const m = await muxOver(true);
+    await turn();
+    await turn();
+    // All in the first pass, the two channels in turn; corked without more, the pass would
+    // have ended at the first large frame, and the acks waited for the socket's 'drain'.
+    expect(m.writtenBeforeDrain() < 0 ? m.written.length : m.writtenBeforeDrain()).toBe(14);
+    expect(m.written.slice(0, 8)).toEqual(['large', 'small', 'large', 'small', 'large', 'small', 'large', 'small']);
+    expect(m.mux.blocked).toBe(false);
+  });
+
+  it("still stops when the socket does not take the bytes, and goes on at its 'drain'", async () => {
+    const m = await muxOver(false);
+    await turn();
+    await turn();
+    expect(m.mux.blocked).toBe(true);
+    expect(m.written.length).toBeLessThan(14);
+    for (let i = 0; i < 20 && m.written.length < 14; i++) {
+      m.release();
+      await turn();
+    }
+    m.release();
+    await turn();
+    expect(m.written.filter((w) => w === 'small')).toHaveLength(10);
+    expect(m.written.filter((w) => w === 'large')).toHaveLength(4);
+    expect(m.drains()).toBeGreaterThan(0);
+    expect(m.mux.blocked).toBe(false);
   });
 });
