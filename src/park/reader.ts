@@ -196,8 +196,9 @@ function messageText(error: unknown): string {
  *
  * The walk makes `model`'s socket writes go out once per pass of amqplib's frame
  * multiplexer instead of once per frame (see `coalesceWrites` in
- * `src/connection/writes.ts`): the frames, their order and their timing are unchanged,
- * and warren's own connections already work this way.
+ * `src/connection/writes.ts`): the frames and their order are amqplib's, nothing waits
+ * past the turn of the event loop it was sent in, and warren's own connections already
+ * work this way.
  *
  * Only the messages in the queue when the walk begins are examined, so a message that
  * is parked while the walk runs (or again, after a replay that fails at once) is not
