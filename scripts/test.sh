@@ -63,7 +63,7 @@ npm run --silent build
 
 # --- tests -----------------------------------------------------------------
 mkdir -p "$results"
-passed=0 failed=0 skipped=0 status=0
+passed=0 failed=0 skipped=0 status=0 outside=()
 
 for broker in "${brokers[@]}"; do
   case $broker in
@@ -99,7 +99,10 @@ for broker in "${brokers[@]}"; do
   fi
   # vitest exits non-zero on an error outside any test (an unhandled error after a
   # file's tests, say) while its report counts every test passed: one failure more.
-  if (( rc != 0 && f == 0 && p > 0 )); then f=1; say "RabbitMQ $broker: errors outside any test (see vitest's output)" >&2; fi
+  if (( rc != 0 && f == 0 && p > 0 )); then
+    f=1; outside+=("$broker")
+    say "RabbitMQ $broker: errors outside any test (see vitest's output)" >&2
+  fi
   passed=$(( passed + p )) failed=$(( failed + f )) skipped=$(( skipped + s ))
 
   if (( p == 0 && f == 0 )); then
@@ -110,6 +113,29 @@ for broker in "${brokers[@]}"; do
     status=1
   fi
 done
+
+# The names of what failed, last, so that the tail of a long log says which
+# test to look at (vitest prints them once, hundreds of lines up).
+if (( status != 0 )); then
+  for broker in "${brokers[@]}"; do
+    node -e '
+      const fs = require("fs");
+      const [file, broker, root] = process.argv.slice(1);
+      if (!fs.existsSync(file)) process.exit(0);
+      const r = JSON.parse(fs.readFileSync(file, "utf8"));
+      for (const f of r.testResults) {
+        const name = f.name.startsWith(root + "/") ? f.name.slice(root.length + 1) : f.name;
+        const failed = f.assertionResults.filter(a => a.status === "failed");
+        if (f.status === "failed" && failed.length === 0)
+          console.log(`failed (${broker}): ${name}: ${(f.message || "did not load").split("\n")[0]}`);
+        for (const a of failed)
+          console.log(`failed (${broker}): ${name} > ${a.fullName}: ${(a.failureMessages[0] || "").split("\n")[0].slice(0, 300)}`);
+      }' "$results/broker-$broker.json" "$broker" "$root" || true
+  done
+  for broker in "${outside[@]}"; do
+    echo "failed ($broker): an error outside any test; vitest printed it under \"Unhandled Errors\""
+  done
+fi
 
 echo
 line="tests: $passed passed, $failed failed"
