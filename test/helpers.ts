@@ -123,14 +123,17 @@ export async function drain(conn: amqp.ChannelModel, queue: string): Promise<amq
   }
 }
 
-/** Polls until `check` returns true, or fails after `timeoutMs` with `what`. */
-export async function waitFor(check: () => boolean | Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
+/**
+ * Polls until `check` returns true, or fails after `timeoutMs` with `what` (a function
+ * is called at the failure, so the message can show the state it ended in).
+ */
+export async function waitFor(check: () => boolean | Promise<boolean>, what: string | (() => string), timeoutMs = 10_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     if (await check()) return;
     await sleep(20);
   }
-  throw new Error(`Timed out after ${timeoutMs} ms waiting for: ${what}`);
+  throw new Error(`Timed out after ${timeoutMs} ms waiting for: ${typeof what === 'function' ? what() : what}`);
 }
 
 export function sleep(ms: number): Promise<void> {

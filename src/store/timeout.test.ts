@@ -74,13 +74,14 @@ describe.each(BACKENDS)('guarded handler past its timeout: %s', (backend) => {
         }
         await new Promise(() => undefined);
       },
-      { idempotency: store.idempotency(), timeoutMs: 100, concurrency: 4 },
+      // Long enough for a handler's one statement on a busy machine; only the stuck one outlives it.
+      { idempotency: store.idempotency(), timeoutMs: 1000, concurrency: 4 },
     );
     const { messageId: stuckId } = await warren.publish('order.created', { stuck: true });
     await waitFor(() => stuck === 1, 'the stuck handler to start');
     const ids: string[] = [];
     for (let i = 0; i < 5; i++) ids.push((await warren.publish('order.created', { i })).messageId);
-    await waitFor(() => consumer.stats.acked === 5, 'the other guarded messages to be handled', 10_000);
+    await waitFor(() => consumer.stats.acked === 5, () => `the other guarded messages to be handled (${JSON.stringify(consumer.stats)})`, 10_000);
     await within(
       store.transaction((tx) => store.outbox.add(tx, 'order.created', { fromOutbox: true })),
       5000,
@@ -114,13 +115,14 @@ describe.each(BACKENDS)('guarded handler past its timeout: %s', (backend) => {
         await bumpEffect(h.spec, ctx.tx, ctx.messageId as string);
         if (payload.stuck) await new Promise(() => undefined);
       },
-      { idempotency: store.idempotency(), timeoutMs: 100, concurrency: 12, prefetch: 12 },
+      // SQLite runs one transaction at a time, so its 24 timed-out runs follow each other.
+      { idempotency: store.idempotency(), timeoutMs: backend === 'sqlite' ? 250 : 1000, concurrency: 12, prefetch: 12 },
     );
     for (let i = 0; i < 12; i++) await warren.publish('order.created', { stuck: true });
     await waitFor(() => consumer.stats.parked === 12, 'every stuck message to be parked after its attempts', 20_000);
     await waitFor(async () => (await backends(h, `state LIKE 'idle in transaction%'`)) === 0, 'no connection left idle in a transaction');
     const { messageId } = await warren.publish('order.created', {});
-    await waitFor(() => consumer.stats.acked === 1, 'a new message to be handled');
+    await waitFor(() => consumer.stats.acked === 1, () => `a new message to be handled (${JSON.stringify(consumer.stats)})`);
     expect((await readEffects(h.spec, store)).get(messageId)).toBe(1);
   });
 
@@ -173,7 +175,7 @@ describe.each(BACKENDS)('guarded handler past its timeout: %s', (backend) => {
         // The schema in a comment, so the test finds this backend in pg_stat_activity.
         await (ctx.tx as pg.PoolClient).query(`SELECT pg_sleep(3600) /* ${h.spec.backend === 'postgres' ? h.spec.schema : ''} */`);
       },
-      { idempotency: store.idempotency(), timeoutMs: 100 },
+      { idempotency: store.idempotency(), timeoutMs: 1000 },
     );
     await warren.publish('order.created', {});
     await waitFor(() => started === 1, 'the handler to start its query');
