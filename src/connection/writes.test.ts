@@ -4,7 +4,8 @@ import { describe, expect, it } from 'vitest';
 import { BrokerConnection } from './index.js';
 import { coalesceWrites } from './writes.js';
 import { walkParked } from '../park/reader.js';
-import { AMQP_URL, onTeardown, uniqueName, waitFor } from '../../test/helpers.js';
+import { resolveOptions } from '../console/options.js';
+import { AMQP_URL, onTeardown, testTopology, uniqueName, waitFor } from '../../test/helpers.js';
 
 type Counted = { _write: (...a: unknown[]) => unknown; _writev?: (...a: unknown[]) => unknown };
 
@@ -81,6 +82,13 @@ describe('coalesceWrites', () => {
     await conn.open();
     const model = await conn.waitReady(5_000);
     expect(await writesFor(model, 200)).toBeLessThanOrEqual(3);
+  });
+
+  it("is applied to the console's own connection", async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('console')]: { bindings: ['x'] } } }));
+    const options = resolveOptions({ authorize: () => ({ user: 'test', role: 'viewer' }), topology, url: AMQP_URL, management: false });
+    onTeardown(() => options.closeConnection());
+    expect(await writesFor(await options.connection(), 200)).toBeLessThanOrEqual(3);
   });
 
   it("is applied by a walk of a parked queue to the connection it is given", async () => {
