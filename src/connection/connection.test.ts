@@ -98,4 +98,19 @@ describe('broker connection', () => {
     await new Promise((r) => setTimeout(r, 100));
     expect(uncaught).toEqual([]);
   });
+  it('close() is not held for ever by a setup step that never ends: it gives up on it after connectTimeoutMs', async () => {
+    const conn = new BrokerConnection({ url: AMQP_URL, connectTimeoutMs: 500 });
+    onTeardown(() => conn.close());
+    let started = false;
+    await conn.onReady(async () => {
+      started = true;
+      await new Promise(() => undefined);
+    });
+    const opening = conn.open().catch(() => undefined);
+    await waitFor(() => started, 'the setup step to start');
+    const began = Date.now();
+    await conn.close();
+    expect(Date.now() - began).toBeLessThan(5000);
+    void opening;
+  });
 });

@@ -434,7 +434,15 @@ export class BrokerConnection extends EventEmitter {
     this.waiters = [];
     if (model) await this.closeModel(model);
     // A connect under way finds `closing` set and closes what it opened; wait for that,
-    // so nothing of this connection outlives close().
-    await this.inFlight?.catch(() => undefined);
+    // so nothing of this connection outlives close(). Bounded: a setup step that waits on
+    // the broker must not hold close() for ever.
+    const inFlight = this.inFlight;
+    if (inFlight) {
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<'late'>((r) => (timer = setTimeout(() => r('late'), this.connectTimeoutMs)));
+      const outcome = await Promise.race([inFlight.then(() => 'done', () => 'done'), late]);
+      clearTimeout(timer);
+      if (outcome === 'late') this.logger.warn(`a connect under way did not end within ${this.connectTimeoutMs} ms of close(); close() goes on`);
+    }
   }
 }

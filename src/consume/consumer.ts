@@ -23,6 +23,7 @@ import { copyHeaders, minimalHeaders, originHeaders } from './copy-headers.js';
 import { decodeBody, messageIdOf, validatePayload } from './payload.js';
 import { traceDelivery, type DeliveryTrace } from '../trace/index.js';
 import type { ConsumerOptions, ConsumerStats, Handler, MessageContext, Outcome } from './types.js';
+import { closeChannel } from '../connection/channel.js';
 
 const DEFAULTS = { prefetch: 20, concurrency: 10, timeoutMs: 60_000, shutdownTimeoutMs: 10_000, storeOutageHoldMs: 300_000 } as const;
 
@@ -365,7 +366,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       // would requeue every delivery in a loop.
       const abandon = async () => {
         if (!this.closed && !this.stopping) return false;
-        await ch.close().catch(() => undefined);
+        await closeChannel(ch);
         return true;
       };
       await ch.prefetch(this.prefetch);
@@ -528,7 +529,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
         this.channel = undefined;
         this.rememberInFlight(old);
         this.forget(old);
-        await old.close().catch(() => undefined);
+        await closeChannel(old);
       }
       await this.attach(model);
     } catch (error) {

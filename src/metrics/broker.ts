@@ -2,6 +2,7 @@ import type * as amqp from 'amqplib';
 import type { ManagementClient, QueueInfo } from '../management/client.js';
 import { formatDuration } from '../retry/ladder.js';
 import type { Topology } from '../topology/declaration.js';
+import { closeChannel } from '../connection/channel.js';
 
 /** What a queue does for its consumer. */
 export type QueueRole = 'work' | 'retry' | 'parked';
@@ -221,6 +222,6 @@ export class BrokerReader {
   async close(): Promise<void> {
     const ch = this.channel;
     this.channel = undefined;
-    await ch?.close().catch(() => undefined);
+    if (ch) await closeChannel(ch);
   }
 }

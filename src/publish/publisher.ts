@@ -5,6 +5,7 @@ import { toLogger, type Logger } from '../logger.js';
 import type { BrokerConnection } from '../connection/index.js';
 import { checkRoutingKey, encodePayload, hasDefaultProperties, messageIdOf, NO_OPTIONS, occurredAtOf, stampProperties, type PublishOptions } from './stamp.js';
 import { stampTrace, tracePublish } from '../trace/index.js';
+import { closeChannel } from '../connection/channel.js';
 
 export type { PublishOptions };
 
@@ -255,7 +256,7 @@ export class Publisher extends EventEmitter {
       const ch = await model.createConfirmChannel();
       // Closed while it opened: nothing would close a channel kept now, nor write on it.
       if (this.closed) {
-        await ch.close().catch(() => undefined);
+        await closeChannel(ch);
         throw new ClosedError('The publisher');
       }
       ch.on('error', (err: Error) => {

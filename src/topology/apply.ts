@@ -3,6 +3,7 @@ import { ExchangeNotFoundError, TopologyDriftError, type TopologyDifference } fr
 import type { ManagementClient } from '../management/client.js';
 import type { Topology } from './declaration.js';
 import { bindingName, diffBindings, diffArguments, topologySpec, unbindHint, type BindingSpec, type ExchangeSpec, type QueueSpec } from './plan.js';
+import { closeChannel } from '../connection/channel.js';
 
 /** What a plan found for one exchange, queue or binding. */
 export interface PlanEntry {
@@ -85,7 +86,7 @@ async function checkPassive(model: amqp.ChannelModel, topology: Topology, name: 
     if (isChannelClosing(error, 404)) throw new ExchangeNotFoundError(name, consumersOf(topology, name), { cause: error });
     throw error;
   } finally {
-    await ch.close().catch(() => undefined);
+    await closeChannel(ch);
   }
 }
 
@@ -126,7 +127,7 @@ export async function declareTopology(model: amqp.ChannelModel, topology: Topolo
       await ch.bindQueue(b.queue, b.exchange, b.pattern, b.arguments === undefined ? undefined : { ...b.arguments });
     }
   } finally {
-    await ch.close().catch(() => undefined);
+    await closeChannel(ch);
   }
 }
 
@@ -185,7 +186,7 @@ async function planByAmqp(model: amqp.ChannelModel, topology: Topology, exchange
       }
     }
   } finally {
-    await ch.close().catch(() => undefined);
+    await closeChannel(ch);
   }
   return entries;
 }
