@@ -24,8 +24,8 @@ export function onTeardown(fn: () => Promise<void>): void {
 
 afterEach(async () => {
   for (const fn of cleanups.splice(0).reverse()) {
-    // A cleanup that hangs fails the test by the hook's timeout: say which one it was.
-    const slow = setTimeout(() => console.error(`teardown: still waiting after 10 s for ${String(fn).replace(/\s+/g, ' ').slice(0, 160)}`), 10_000);
+    // A cleanup that hangs fails the test by the hook's timeout (30 s): say which one it was.
+    const slow = setTimeout(() => console.error(`teardown: still waiting after 20 s for ${String(fn).replace(/\s+/g, ' ').slice(0, 160)}`), 20_000);
     await fn()
       .catch(() => undefined)
       .finally(() => clearTimeout(slow));
