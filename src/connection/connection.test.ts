@@ -1,6 +1,7 @@
 import net from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { BrokerConnection } from './index.js';
+import { TcpProxy } from '../store/testing/tcp-proxy.js';
 import { AMQP_URL, onTeardown, waitFor } from '../../test/helpers.js';
 
 /** `connection.close` from the client: frame type 1 on channel 0, class 10, method 50. */
@@ -112,5 +113,20 @@ describe('broker connection', () => {
     await conn.close();
     expect(Date.now() - began).toBeLessThan(5000);
     void opening;
+  });
+  it('close() drops the socket when the broker does not answer its close within connectTimeoutMs', async () => {
+    const proxy = await TcpProxy.start(Number(new URL(AMQP_URL).port || 5672));
+    onTeardown(() => proxy.close());
+    const u = new URL(AMQP_URL);
+    u.port = String(proxy.port);
+    const conn = new BrokerConnection({ url: u.toString(), connectTimeoutMs: 500 });
+    await conn.open();
+    const model = await conn.waitReady(1000);
+    const socket = (model as unknown as { connection: { stream: { destroyed: boolean } } }).connection.stream;
+    // Nothing the broker sends gets through: its close-ok never arrives.
+    proxy.hold();
+    await conn.close();
+    // Without the drop, the connection would live on until its heartbeat timed out.
+    expect(socket.destroyed).toBe(true);
   });
 });

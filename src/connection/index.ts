@@ -309,6 +309,8 @@ export class BrokerConnection extends EventEmitter {
     } finally {
       this.connecting = undefined;
     }
+    // close() came while the setup ran, and closed this model: nothing to announce.
+    if (this.closing) return;
     this.logger.info('connected', { url: node.url, clusterName: node.clusterName, server: node.server, generation });
     this.emit('connected', generation, node);
     const waiters = this.waiters;
@@ -325,8 +327,12 @@ export class BrokerConnection extends EventEmitter {
     const late = new Promise<void>((r) => (timer = setTimeout(r, this.connectTimeoutMs)));
     // A socket that drops mid-close ends it too (amqplib's close() then never settles).
     const gone = new Promise<void>((r) => model.once('close', () => r()));
-    await Promise.race([model.close().catch(() => undefined), gone, late]);
+    const closed = Promise.race([model.close().then(() => true, () => true), gone.then(() => true)]);
+    const inTime = await Promise.race([closed, late.then(() => false)]);
     clearTimeout(timer);
+    // The broker did not read the close in time: drop the socket, so that nothing of the
+    // connection outlives close() (it would until its heartbeat timed out, or never).
+    if (!inTime) (model as unknown as { connection?: { stream?: { destroy?: () => void } } }).connection?.stream?.destroy?.();
   }
 
   private onBlocked(generation: number, reason: string): void {
