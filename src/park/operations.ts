@@ -6,7 +6,8 @@ import { isEmptyFilter, matchesFilter, type ParkedFilter } from './filter.js';
 import { traceReplay } from '../trace/index.js';
 import { copyProperties, decodeBody, plainValue, replayHeaders, type ParkedMessage } from './message.js';
 import { parkedIdentity } from './identity.js';
-import { closeChannel, walkParked, type Verdict, type WalkOptions, type WalkResult } from './reader.js';
+import { closeChannel } from '../connection/channel.js';
+import { walkParked, type Verdict, type WalkOptions, type WalkResult } from './reader.js';
 import { sleepUnless } from '../sleeper.js';
 
 /** The queues of a consumer that the parked-queue operations use. */

@@ -1,4 +1,5 @@
 import type * as amqp from 'amqplib';
+import { closeChannel } from '../connection/channel.js';
 import { coalesceWrites } from '../connection/writes.js';
 import { InvalidOptionError } from '../errors.js';
 import type { QueueType } from '../topology/declaration.js';
@@ -247,30 +248,6 @@ export async function walkParked(
     // (a classic queue: in its old place).
     await closeChannel(ch);
   }
-}
-
-/**
- * Closes `ch` and resolves once it is closed, however that happens: amqplib settles a
- * channel's `close()` only on the broker's close-ok, which never comes when the
- * connection is lost first, so the channel's own 'close' event (or, failing all, a
- * bound of 10 s) ends the wait too. Never rejects.
- */
-export function closeChannel(ch: amqp.Channel): Promise<void> {
-  return new Promise((resolve) => {
-    const done = (): void => {
-      clearTimeout(timer);
-      ch.removeListener('close', done);
-      resolve();
-    };
-    const timer = setTimeout(done, 10_000);
-    timer.unref();
-    ch.once('close', done);
-    try {
-      ch.close().then(done, done);
-    } catch {
-      done();
-    }
-  });
 }
 
 /** AMQP 0-9-1 methods amqplib has no wrapper for: transactions (class 90), and a cancel that keeps the consumer's callback. */
