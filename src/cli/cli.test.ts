@@ -320,6 +320,30 @@ describe('warren parked list', () => {
     expect(r.code).toBe(0);
     expect(r.stdout + r.stderr).toMatch(/Not everything was scanned: stopped after holding 2 messages .*; 3 more messages were not examined\. Raise --max-held/);
   });
+
+  it('says when another consumer of the parked queue held messages it could not see', async () => {
+    const { env, ids, conn, billing } = await withParked();
+    // A reader that has not let go: it holds the first two messages.
+    const other = await conn.createChannel();
+    await other.prefetch(2);
+    let held = 0;
+    await other.consume(billing.parkedQueue, () => void (held += 1), { noAck: false });
+    await waitFor(() => held === 2, 'the other reader holds 2 messages');
+    const r = await warren(['parked', 'list', 'billing'], { env });
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/3 parked messages \(3 of 3 examined\)/);
+    expect(r.stdout + r.stderr).toMatch(/Not everything was seen: another consumer was reading .*\.parked when this began, and the messages it held were not examined\. Run again once it is gone/);
+    const j = json<{ readers: number; complete: boolean; total: number }>((await warren(['parked', 'list', 'billing', '--json'], { env })).stdout);
+    expect(j).toMatchObject({ readers: 1, complete: false, total: 3 });
+    const none = await warren(['parked', 'purge', 'billing', '--id', ids[0] as string, '--yes'], { env });
+    expect(none.stderr).toMatch(/No parked message of billing matches/);
+    expect(none.stderr).toMatch(/Not everything was seen/);
+    // Once it lets go, everything is seen again, and in its place.
+    await other.close();
+    const after = json<{ readers: number; complete: boolean; total: number }>((await warren(['parked', 'list', 'billing', '--json'], { env })).stdout);
+    expect(after).toMatchObject({ readers: 0, complete: true, total: 5 });
+    expect(await peekIds(conn, billing.parkedQueue)).toEqual(ids);
+  });
 });
 
 describe('warren parked show', () => {

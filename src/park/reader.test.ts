@@ -92,6 +92,23 @@ describe.each(['classic', 'quorum'] as const)('parked queue walks on a %s queue'
     expect((await takeAll(conn, billing.parkedQueue)).map((m) => m.properties.messageId)).toEqual(ids);
   });
 
+  it('counts the other readers of the queue: what they hold is not in its total', async () => {
+    const topology = topologyOf(queueType);
+    const billing = topology.consumer('billing');
+    const conn = await declared(topology);
+    const ids = await publishParked(conn, topology, billing, failures(6));
+    const other = await conn.createChannel();
+    await other.prefetch(2);
+    let held = 0;
+    await other.consume(billing.parkedQueue, () => void (held += 1), { noAck: false });
+    while (held < 2) await new Promise((r) => setTimeout(r, 5));
+    const seen = await listParked(conn, billing);
+    expect(seen).toMatchObject({ total: 4, scanned: 4, readers: 1, stopReason: 'end' });
+    expect(seen.messages.map((m) => m.messageId)).toEqual(ids.slice(2));
+    await other.close();
+    expect(await listParked(conn, billing)).toMatchObject({ total: 6, readers: 0 });
+  });
+
   it('names a missing parked queue', async () => {
     const topology = topologyOf(queueType);
     const conn = await declared(topology);

@@ -114,6 +114,12 @@ export interface WalkResult {
   readonly stopReason: StopReason;
   /** Quorum queues: kept or unexamined messages copied to the back of the queue, in order. */
   readonly rewritten: number;
+  /**
+   * Other consumers of the queue when the walk began: another walk, or one whose
+   * connection is closing and whose messages the broker has not taken back yet. What they
+   * held is not in `total` and was not examined; run again once they are gone.
+   */
+  readonly readers: number;
 }
 
 const DEFAULTS = { maxHeld: 10_000, maxInFlight: 500, maxCommitDelayMs: 50 } as const;
@@ -295,6 +301,7 @@ class Walk {
   private closing = false;
   private closedReason: string | undefined;
   private total = 0;
+  private readers = 0;
   /** The most messages the walk may receive in all: it never lets the broker send more. */
   private bound = 0;
   private received = 0;
@@ -352,7 +359,9 @@ class Walk {
 
   async run(visit: (message: ParkedMessage) => Verdict | Promise<Verdict>): Promise<WalkResult> {
     try {
-      this.total = (await this.ch.checkQueue(this.queue)).messageCount;
+      const ok = await this.ch.checkQueue(this.queue);
+      this.total = ok.messageCount;
+      this.readers = ok.consumerCount;
     } catch (error) {
       if (hasCode(error, 404)) throw new QueueNotFoundError(this.queue, { cause: error });
       throw error;
@@ -427,6 +436,7 @@ class Walk {
         notExamined,
         stopReason,
         rewritten: this.copied,
+        readers: this.readers,
       };
     } catch (error) {
       if (error instanceof WalkInterruptedError) throw error;

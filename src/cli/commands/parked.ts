@@ -39,11 +39,16 @@ function coverage(r: ParkedOperationResult): string[] {
     else if (r.stopReason === 'aborted') lines.push(`Interrupted; ${rest}.`);
     else if (r.stopReason === 'unroutable') lines.push(`Stopped because a replayed copy was unroutable; ${rest}.`);
   }
+  if (r.readers > 0) {
+    const who = r.readers === 1 ? 'another consumer was' : `${count(r.readers)} other consumers were`;
+    lines.push(`Not everything was seen: ${who} reading ${r.queue} when this began, and the messages it held were not examined. Run again once it is gone (a killed command's messages are back within seconds).`);
+  }
   return lines;
 }
 
 function noMatch(ctx: CommandContext, c: ConsumerTopology, filter: ParkedFilter, r: ParkedOperationResult): void {
-  if (r.total === 0) ctx.err(`Nothing is parked for ${c.name} (queue ${c.parkedQueue} is empty).`);
+  if (r.total === 0 && r.readers > 0) ctx.err(`No parked message of ${c.name} is ready to read in ${c.parkedQueue}.`);
+  else if (r.total === 0) ctx.err(`Nothing is parked for ${c.name} (queue ${c.parkedQueue} is empty).`);
   else ctx.err(`No parked message of ${c.name} matches ${describeFilter(filter)} (${plural(r.scanned, 'message')} examined).`);
 }
 
@@ -55,7 +60,8 @@ function resultJson(r: ParkedOperationResult) {
     scanned: r.scanned,
     matched: r.matched,
     notExamined: r.notExamined,
-    complete: r.notExamined === 0,
+    complete: r.notExamined === 0 && r.readers === 0,
+    readers: r.readers,
     stopReason: r.stopReason,
     limitReached: r.limitReached,
   };
@@ -350,6 +356,7 @@ function replaySummary(ctx: CommandContext, c: ConsumerTopology, filter: ParkedF
   if (r.matched === 0) {
     if (interrupted) ctx.err('Interrupted before any message was replayed: everything is still parked.');
     else noMatch(ctx, c, filter, r);
+    for (const line of coverage(r)) ctx.err(line);
     return code;
   }
   if (r.dryRun) {
@@ -407,7 +414,10 @@ export const parkedPurge: Command = {
     const counted = await browseParked(conn, c, { ...options, onMessage: (m) => void targets.push(parkedIdentity(m)) });
     if (counted.matched === 0) {
       if (ctx.json) ctx.printJson({ ...resultJson(counted), removed: 0 });
-      else noMatch(ctx, c, options.filter, counted);
+      else {
+        noMatch(ctx, c, options.filter, counted);
+        for (const line of coverage(counted)) ctx.err(line);
+      }
       return EXIT.ok;
     }
     const what = `${plural(counted.matched, 'parked message')} of ${c.name}${isEmptyFilter(options.filter) ? '' : ` matching ${describeFilter(options.filter)}`}`;

@@ -65,7 +65,10 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
   /** Every message of the queue that matches, and how the read ended. */
   async function read(target: ParkedTarget, filter: ParkedFilter, signal?: AbortSignal) {
     const result = await listParked(await model(), target, { filter, maxHeld: options.maxParkedRead, ...(signal ? { signal } : {}) });
-    const incomplete = result.stopReason === 'max-held' ? `Only the first ${options.maxParkedRead} held messages were read (${result.notExamined} not examined): narrow the filter.` : null;
+    const notes: string[] = [];
+    if (result.stopReason === 'max-held') notes.push(`Only the first ${options.maxParkedRead} held messages were read (${result.notExamined} not examined): narrow the filter.`);
+    if (result.readers > 0) notes.push(`${result.readers === 1 ? 'Another consumer was' : `${result.readers} other consumers were`} reading ${result.queue}: the messages it held are not shown. Reload once it is gone.`);
+    const incomplete = notes.length > 0 ? notes.join(' ') : null;
     return { ...result, incomplete };
   }
 
