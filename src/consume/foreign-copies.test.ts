@@ -59,7 +59,7 @@ describe.each(BACKENDS)('a message from the retry table: %s', (backend) => {
       (_payload: unknown, ctx) => {
         handled.push(ctx.messageId);
       },
-      { decoder: codec, timeoutMs: 300, idempotency: store.idempotency(), messageIdFrom: { header: 'x-request-id' }, retryTable: { table: store.retryTable, rules: [{ when: Error, dependency: 'anything' }], delayMs: 0 } },
+      { decoder: codec, timeoutMs: 1000, idempotency: store.idempotency(), messageIdFrom: { header: 'x-request-id' }, retryTable: { table: store.retryTable, rules: [{ when: Error, dependency: 'anything' }], delayMs: 0 } },
     );
     const scheduler = store.retryTable.scheduler({ publisher: warren.publisher, exchange: topology.exchange, ratePerSecond: 1000, pollMs: 20, relay: { pollMs: 20 } });
     await scheduler.start();

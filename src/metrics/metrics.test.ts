@@ -52,7 +52,10 @@ describe('application and broker figures after real traffic', () => {
     await expect(warren.publish('nobody.listens', { kind: 'ok' })).rejects.toBeInstanceOf(UnroutableError);
 
     // billing: 3 acked, the transient one retried once then parked at the cap, the permanent one parked.
-    await waitFor(async () => valueOf(await scrape(metrics.registry), 'warren_consumer_parked_total', { consumer: billing, reason: 'max-attempts' }) === 1, 'the transient failure parked at the cap');
+    await waitFor(async () => {
+      const now = await scrape(metrics.registry);
+      return valueOf(now, 'warren_consumer_parked_total', { consumer: billing, reason: 'max-attempts' }) === 1 && valueOf(now, 'warren_consumer_deliveries_total', { consumer: billing, outcome: 'acked' }) === 3 && valueOf(now, 'warren_consumer_parked_total', { consumer: billing, reason: 'permanent-error' }) === 1;
+    }, 'three acked, the permanent failure parked, the transient one parked at the cap');
     let s = await scrape(metrics.registry);
     expect(valueOf(s, 'warren_consumer_deliveries_total', { consumer: billing, outcome: 'acked' })).toBe(3);
     expect(valueOf(s, 'warren_consumer_deliveries_total', { consumer: billing, outcome: 'retried' })).toBe(1);

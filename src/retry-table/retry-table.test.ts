@@ -220,7 +220,8 @@ describe.each(BACKENDS)('retry table with a broker: %s', (backend) => {
     await proxy.cut();
     const scheduler = store.retryTable.scheduler({ publisher: warren.publisher, exchange: topology.exchange, ratePerSecond: 1000, maxPending: 20, pollMs: 20, relay: { pollMs: 20, retry: { maxDelayMs: 200 } } });
     await scheduler.start();
-    await sleep(800);
+    await waitFor(async () => (await store.outbox.lag()).pending === 20, 'the scheduler to fill the outbox to its bound', 10_000);
+    await sleep(300);
     expect(seen.size).toBe(0);
     expect((await store.outbox.lag()).pending).toBe(20);
     expect(await store.retryTable.count()).toBe(180);

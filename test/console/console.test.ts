@@ -53,7 +53,15 @@ describe('console in a browser', () => {
     await warren.consume('email', async () => undefined);
     const expected = { [billing.name]: { parked: 4 }, [email.name]: { parked: 1 }, [shipping.name]: { parked: 0 } };
     // The management API's statistics lag: wait until it reports what was published.
-    await waitFor(async () => (await managementDepth(billing.parkedQueue)) === 4 && (await managementDepth(shipping.queue)) === 7 && (await managementConsumers(email.queue)) === 1, 'the management API to report the queues', 30_000);
+    // Every figure compared below, as each queue's statistics arrive on a tick of their own.
+    const reported = async () => {
+      for (const c of [billing, email, shipping]) {
+        if ((await managementDepth(c.queue)) === undefined || (await managementConsumers(c.queue)) === undefined) return false;
+        if ((await managementDepth(c.parkedQueue)) !== expected[c.name]?.parked) return false;
+      }
+      return (await managementDepth(shipping.queue)) === 7 && (await managementConsumers(email.queue)) === 1;
+    };
+    await waitFor(reported, 'the management API to report the queues', 30_000);
 
     const { url } = await serveConsole(topology);
     const { context } = await launchBrowser();
@@ -122,7 +130,8 @@ describe('console in a browser', () => {
     await canary.locator('button[data-action="canary"]').click();
     await page.waitForURL(/\/jobs\//);
     await expect.poll(() => page.locator('[data-field="state"]').textContent(), { timeout: 60_000 }).toBe('awaiting-decision');
-    await expect.poll(() => billingDone.length).toBe(3);
+    // The window's end is the verdict, handled or not: give the handlers time of their own.
+    await expect.poll(() => billingDone.length, { timeout: 30_000 }).toBe(3);
     expect(billingDone.sort()).toEqual(ids.slice(0, 3).sort());
     expect(await peekIds(conn, billing.parkedQueue)).toEqual(ids.slice(3));
     await screenshot(page, 'console-canary-decision');

@@ -39,7 +39,7 @@ describe.each(['callback', 'submittable'] as const)('PostgreSQL guard: a timed-o
         else tx.query(new pg.Query(sql).on('error', () => undefined));
         await new Promise(() => undefined); // ignores its signal
       },
-      { idempotency: store.idempotency(), timeoutMs: 200, storeOutageHoldMs: 60_000 },
+      { idempotency: store.idempotency(), timeoutMs: 1000, storeOutageHoldMs: 60_000 },
     );
     const started = Date.now();
     await warren.publish('order.created', {});

@@ -49,7 +49,8 @@ describe('SQLite guard: a timed-out handler with an open iterator', () => {
           lateError = error;
         }
       },
-      { idempotency: store.idempotency(), timeoutMs: 100 },
+      // Long enough for the next message's statement and commit on a busy machine (maxAttempts 1: one timeout parks it).
+      { idempotency: store.idempotency(), timeoutMs: 1000 },
     );
     const { messageId: stuckId } = await warren.publish('order.created', { stuck: true });
     await waitFor(() => iterating, 'the stuck handler to open its iterator');
