@@ -424,7 +424,10 @@ describe('warren parked replay', () => {
     expect(elapsed).toBeGreaterThanOrEqual(3000);
     expect(r.stderr).toMatch(/replaying \d+\/31 \(\d+%\), \d+\/s, about \d+m?s left/);
     expect(r.stderr).not.toContain('\r');
-    expect(r.stdout).toMatch(/Replayed 31 messages .* \((9|10|11)\/s\)/);
+    // Never faster than asked; slower only by the machine's load.
+    const rate = Number(/Replayed 31 messages .* \((\d+)\/s\)/.exec(r.stdout)?.[1]);
+    expect(rate, r.stdout).toBeGreaterThanOrEqual(5);
+    expect(rate, r.stdout).toBeLessThanOrEqual(10);
   });
 
   // A process start alone takes several seconds on a loaded machine, so the signal is sent

@@ -126,11 +126,13 @@ describe('replay options', () => {
     const result = await replayParked(conn, billing, { ratePerSecond: 50 });
     const elapsed = Date.now() - started;
     expect(result.replayed).toBe(21);
-    // 21 publishes at 50/s: the last one leaves 400 ms after the first.
+    // 21 publishes at 50/s: the last one leaves 400 ms after the first, never sooner. How
+    // much later depends on the machine's load (a late publish is not made up by a burst),
+    // so the upper bounds only catch a pacing that is wildly slow.
     expect(elapsed).toBeGreaterThanOrEqual(390);
-    expect(elapsed).toBeLessThan(1500);
-    expect(result.ratePerSecond).toBeGreaterThan(40);
-    expect(result.ratePerSecond).toBeLessThan(60);
+    expect(elapsed).toBeLessThan(5000);
+    expect(result.ratePerSecond).toBeGreaterThan(20);
+    expect(result.ratePerSecond).toBeLessThan(52);
   });
 
   it('stops when the signal is aborted, keeping what it did not replay', async () => {
