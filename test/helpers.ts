@@ -104,9 +104,19 @@ export async function rawConnection(): Promise<amqp.ChannelModel> {
 
 /** Messages ready in a queue. */
 export async function depth(conn: amqp.ChannelModel, queue: string): Promise<number> {
+  return (await queueCounts(conn, queue)).ready;
+}
+
+/**
+ * A queue's ready messages and consumers, as the queue itself says (no statistics lag).
+ * A queue drops a consumer and takes back what it held in one step: no consumers means
+ * nothing is held by a reader that has gone.
+ */
+export async function queueCounts(conn: amqp.ChannelModel, queue: string): Promise<{ ready: number; consumers: number }> {
   const ch = await conn.createChannel();
   try {
-    return (await ch.checkQueue(queue)).messageCount;
+    const ok = await ch.checkQueue(queue);
+    return { ready: ok.messageCount, consumers: ok.consumerCount };
   } finally {
     await ch.close().catch(() => undefined);
   }

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { PermanentError } from '../errors.js';
 import type { MessageContext } from '../consume/types.js';
-import { connectWarren, testTopology, waitFor } from '../../test/helpers.js';
+import { connectWarren, depth, testTopology, waitFor } from '../../test/helpers.js';
 import { harness } from '../store/testing/harness.js';
 import { canaryReplay, continueCanary, ladderMs } from './canary.js';
 import { groupParked } from './message.js';
@@ -55,14 +55,7 @@ async function parkedGroup(queueType: 'classic' | 'quorum', consumeOptions: obje
   expect(groups).toHaveLength(1);
   // A listing's copies go back to a quorum queue asynchronously after its channel
   // closes; the canaries are the first matching messages only once all ten are back.
-  await waitFor(async () => {
-    const ch = await conn.createChannel();
-    try {
-      return (await ch.checkQueue(billing.parkedQueue)).messageCount === 10;
-    } finally {
-      await ch.close();
-    }
-  }, 'all ten back in the parked queue');
+  await waitFor(async () => (await depth(conn, billing.parkedQueue)) === 10, 'all ten back in the parked queue');
   return { topology, conn, billing, state, ids, billingSeen, billingDone, emailSeen, fingerprint: (groups[0] as { fingerprint: string }).fingerprint };
 }
 

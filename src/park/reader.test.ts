@@ -4,7 +4,7 @@ import { QueueNotFoundError } from './errors.js';
 import { browseParked, listParked, purgeParked, replayParked } from './operations.js';
 import { walkParked } from './reader.js';
 import { declared, failures, peekIds, publishParked, takeAll, parkedTopology } from './testing/fixtures.js';
-import { waitFor } from '../../test/helpers.js';
+import { queueCounts, waitFor } from '../../test/helpers.js';
 
 const topologyOf = parkedTopology;
 
@@ -109,14 +109,7 @@ describe.each(['classic', 'quorum'] as const)('parked queue walks on a %s queue'
     await other.close();
     // A quorum queue drops a closed channel's consumer, and takes back what it held, some
     // time after the close-ok (1 in 40 runs listed 4 messages and 1 reader here).
-    await waitFor(async () => {
-      const ch = await conn.createChannel();
-      try {
-        return (await ch.checkQueue(billing.parkedQueue)).consumerCount === 0;
-      } finally {
-        await ch.close();
-      }
-    }, 'the queue to drop the other reader');
+    await waitFor(async () => (await queueCounts(conn, billing.parkedQueue)).consumers === 0, 'the queue to drop the other reader');
     expect(await listParked(conn, billing)).toMatchObject({ total: 6, readers: 0 });
   });
 

@@ -6,7 +6,7 @@ import { readdir, readFile, readlink } from 'node:fs/promises';
 import type { ChildProcess } from 'node:child_process';
 import type * as amqp from 'amqplib';
 import { beforeAll, describe, expect, it, vi } from 'vitest';
-import { MGMT_URL } from '../../../test/helpers.js';
+import { depth, MGMT_URL, queueCounts } from '../../../test/helpers.js';
 import { HEADER } from '../../headers.js';
 import type { ConsumerTopology, Topology } from '../../topology/declaration.js';
 import { declared, failures, fastConnection, parkedHeaders, peekIds, publishParked, takeAll } from '../../park/testing/fixtures.js';
@@ -100,24 +100,7 @@ function when(check: () => Promise<boolean>, act: (child: ChildProcess) => void 
 }
 
 /** Ready messages in a queue (held or unacknowledged ones not counted). */
-async function ready(conn: amqp.ChannelModel, queue: string): Promise<number> {
-  const ch = await conn.createChannel();
-  try {
-    return (await ch.checkQueue(queue)).messageCount;
-  } finally {
-    await ch.close().catch(() => undefined);
-  }
-}
-
-/** Consumers of a queue. */
-async function consumers(conn: amqp.ChannelModel, queue: string): Promise<number> {
-  const ch = await conn.createChannel();
-  try {
-    return (await ch.checkQueue(queue)).consumerCount;
-  } finally {
-    await ch.close().catch(() => undefined);
-  }
-}
+const ready = depth;
 
 /**
  * Waits until the queues have no consumer and hold at least `atLeast` ready messages
@@ -133,8 +116,9 @@ async function stable(conn: amqp.ChannelModel, queues: readonly string[], atLeas
     let sum = 0;
     let readers = 0;
     for (const q of queues) {
-      sum += await ready(conn, q);
-      readers += await consumers(conn, q);
+      const counts = await queueCounts(conn, q);
+      sum += counts.ready;
+      readers += counts.consumers;
     }
     same = sum === last && sum >= atLeast && readers === 0 ? same + 1 : 0;
     last = sum;
