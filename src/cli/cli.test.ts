@@ -335,6 +335,11 @@ describe('warren parked list', () => {
     expect(r.stdout + r.stderr).toMatch(/Not everything was seen: another consumer was reading .*\.parked when this began, and the messages it held were not examined\. Run again once it is gone/);
     const j = json<{ readers: number; complete: boolean; total: number }>((await warren(['parked', 'list', 'billing', '--json'], { env })).stdout);
     expect(j).toMatchObject({ readers: 1, complete: false, total: 3 });
+    // Positions count what was ready: #1 is the third message, and it says why.
+    const shown = await warren(['parked', 'show', 'billing', '#1'], { env });
+    expect(shown.code, shown.stderr).toBe(0);
+    expect(shown.stdout).toContain(ids[2] as string);
+    expect(shown.stderr).toMatch(/Not everything was seen: another consumer was reading/);
     const none = await warren(['parked', 'purge', 'billing', '--id', ids[0] as string, '--yes'], { env });
     expect(none.stderr).toMatch(/No parked message of billing matches/);
     expect(none.stderr).toMatch(/Not everything was seen/);

@@ -347,7 +347,7 @@ async function emptyResult(model: amqp.ChannelModel, target: ParkedTarget): Prom
   ch.on('error', () => undefined);
   try {
     const ok = await ch.checkQueue(target.parkedQueue);
-    return { queue: target.parkedQueue, total: ok.messageCount, scanned: 0, kept: 0, removed: 0, moved: 0, failed: [], notExamined: ok.messageCount, stopReason: 'stopped', rewritten: 0, readers: ok.consumerCount };
+    return { queue: target.parkedQueue, total: ok.messageCount, scanned: 0, kept: 0, removed: 0, moved: 0, failed: [], notExamined: ok.messageCount, missed: 0, stopReason: 'stopped', rewritten: 0, readers: ok.consumerCount };
   } catch (error) {
     if (typeof error === 'object' && error !== null && (error as { code?: unknown }).code === 404) throw new QueueNotFoundError(target.parkedQueue, { cause: error });
     throw error;

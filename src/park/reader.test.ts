@@ -113,6 +113,35 @@ describe.each(['classic', 'quorum'] as const)('parked queue walks on a %s queue'
     expect(await listParked(conn, billing)).toMatchObject({ total: 6, readers: 0 });
   });
 
+  it('counts the messages another consumer took while it ran: they were not seen', async () => {
+    const topology = topologyOf(queueType);
+    const billing = topology.consumer('billing');
+    const conn = await declared(topology);
+    await publishParked(conn, topology, billing, failures(6));
+    const other = await conn.createChannel();
+    let held = 0;
+    const seen: string[] = [];
+    // Read one at a time, so that the other consumer, started at the first message, finds some left.
+    const result = await browseParked(conn, billing, {
+      readAhead: 1,
+      onMessage: async (m) => {
+        seen.push(m.messageId ?? '');
+        if (seen.length === 1) {
+          await other.prefetch(2);
+          await other.consume(billing.parkedQueue, () => void (held += 1), { noAck: false });
+          await waitFor(() => held === 2, 'the other consumer to hold 2 messages');
+        }
+      },
+    });
+    // A classic walk holds what it read, so the other consumer took two it had not reached.
+    // A quorum walk puts each copy at the back as it goes: the other consumer took two of
+    // those, and the walk saw all six.
+    expect(result).toMatchObject(queueType === 'classic' ? { total: 6, scanned: 4, missed: 2, notExamined: 0, readers: 0 } : { total: 6, scanned: 6, missed: 0, readers: 0 });
+    await other.close();
+    await waitFor(async () => (await queueCounts(conn, billing.parkedQueue)).consumers === 0, 'the queue to drop the other consumer');
+    expect(await listParked(conn, billing)).toMatchObject({ total: 6, scanned: 6, missed: 0 });
+  });
+
   it('names a missing parked queue', async () => {
     const topology = topologyOf(queueType);
     const conn = await declared(topology);

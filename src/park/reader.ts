@@ -111,6 +111,11 @@ export interface WalkResult {
   readonly failed: readonly MoveFailure[];
   /** Messages of `total` the walk did not reach; they were not touched. */
   readonly notExamined: number;
+  /**
+   * Messages of `total` that were gone before the walk reached them: another consumer of
+   * the queue took them (they come back when it lets go), or they expired.
+   */
+  readonly missed: number;
   readonly stopReason: StopReason;
   /** Quorum queues: kept or unexamined messages copied to the back of the queue, in order. */
   readonly rewritten: number;
@@ -419,6 +424,7 @@ class Walk {
         }
       }
       const notExamined = exhausted ? 0 : Math.max(0, this.total - this.scanned);
+      const missed = exhausted ? Math.max(0, this.total - this.scanned) : 0;
       // Kept messages went to the back of a quorum queue, and what was read ahead cannot go
       // back in place: the unexamined ones follow them there.
       if (this.s.quorum && notExamined > 0 && (this.kept > 0 || this.unread() > 0 || this.mayReceive())) await this.rotate();
@@ -434,6 +440,7 @@ class Walk {
         moved: this.moved,
         failed: this.failed,
         notExamined,
+        missed,
         stopReason,
         rewritten: this.copied,
         readers: this.readers,

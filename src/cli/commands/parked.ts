@@ -40,10 +40,19 @@ function coverage(r: ParkedOperationResult): string[] {
     else if (r.stopReason === 'unroutable') lines.push(`Stopped because a replayed copy was unroutable; ${rest}.`);
   }
   if (r.readers > 0) {
-    const who = r.readers === 1 ? 'another consumer was' : `${count(r.readers)} other consumers were`;
-    lines.push(`Not everything was seen: ${who} reading ${r.queue} when this began, and the messages it held were not examined. Run again once it is gone (a killed command's messages are back within seconds).`);
+    const who = r.readers === 1 ? 'another consumer was reading' : `${count(r.readers)} other consumers were reading`;
+    const it = r.readers === 1 ? 'it' : 'they';
+    lines.push(`Not everything was seen: ${who} ${r.queue} when this began, and the messages ${it} held were not examined. Run again once ${it} ${r.readers === 1 ? 'is' : 'are'} gone (a killed command's messages are back within seconds).`);
+  }
+  if (r.missed > 0) {
+    lines.push(`Not everything was seen: ${plural(r.missed, 'message')} parked when this began ${r.missed === 1 ? 'was' : 'were'} gone before it reached them: another consumer of ${r.queue} took them (they come back when it lets go), or they expired. Run again once it is gone.`);
   }
   return lines;
+}
+
+/** Whether a walk saw every message parked when it began. */
+function complete(r: ParkedOperationResult): boolean {
+  return r.notExamined === 0 && r.readers === 0 && r.missed === 0;
 }
 
 function noMatch(ctx: CommandContext, c: ConsumerTopology, filter: ParkedFilter, r: ParkedOperationResult): void {
@@ -60,8 +69,9 @@ function resultJson(r: ParkedOperationResult) {
     scanned: r.scanned,
     matched: r.matched,
     notExamined: r.notExamined,
-    complete: r.notExamined === 0 && r.readers === 0,
+    complete: complete(r),
     readers: r.readers,
+    missed: r.missed,
     stopReason: r.stopReason,
     limitReached: r.limitReached,
   };
@@ -241,13 +251,13 @@ export const parkedShow: Command = {
       },
     });
     if (found.length === 0) {
-      const where = r.total === 0 ? `queue ${c.parkedQueue} is empty` : `${plural(r.scanned, 'message')} examined in ${c.parkedQueue}`;
+      const where = r.total === 0 ? (r.readers > 0 ? `none is ready to read in ${c.parkedQueue}` : `queue ${c.parkedQueue} is empty`) : `${plural(r.scanned, 'message')} examined in ${c.parkedQueue}`;
       ctx.err(`No parked message of ${c.name} ${at !== undefined ? `at position ${at}` : `with id ${id}`} (${where}).`);
       for (const line of coverage({ ...r, matched: 0, limitReached: false })) ctx.err(line);
       return EXIT.failed;
     }
     if (ctx.json) {
-      ctx.printJson({ consumer: c.name, queue: c.parkedQueue, total: r.total, messages: found.map(showJson) });
+      ctx.printJson({ consumer: c.name, queue: c.parkedQueue, total: r.total, readers: r.readers, messages: found.map(showJson) });
       return EXIT.ok;
     }
     found.forEach((m, i) => {
@@ -255,6 +265,8 @@ export const parkedShow: Command = {
       printShow(ctx, c, m, r.total);
     });
     if (found.length > 1) ctx.out(`\n${found.length} parked messages have the id ${id}.`);
+    // Positions count the messages that were ready: one another consumer held is not among them.
+    for (const line of coverage({ ...r, matched: found.length, limitReached: false, notExamined: 0 })) ctx.err(line);
     return EXIT.ok;
   },
 };
@@ -365,7 +377,7 @@ function replaySummary(ctx: CommandContext, c: ConsumerTopology, filter: ParkedF
     ctx.out(`Dry run: ${plural(r.matched, 'message')} would be replayed to queue ${r.targetQueue}; nothing was changed.`);
   } else {
     ctx.out(`Replayed ${plural(r.replayed, 'message')} to queue ${r.targetQueue} in ${span(r.elapsedMs)}${r.replayed > 0 ? ` (${count(Math.round(r.ratePerSecond))}/s)` : ''}.`);
-    const stayed = r.total - r.replayed - r.notExamined;
+    const stayed = r.total - r.replayed - r.notExamined - r.missed;
     if (stayed > 0 && !isEmptyFilter(filter)) ctx.out(`${plural(stayed, 'message')} that did not match stay parked, in their order.`);
   }
   for (const f of r.failed.slice(0, 20)) ctx.err(`  not replayed, still parked: ${f.messageId ?? `#${f.position}`}: ${f.error}`);
@@ -444,11 +456,13 @@ export const parkedPurge: Command = {
     } finally {
       await sink?.close().catch(() => undefined);
     }
-    if (ctx.json) ctx.printJson({ ...resultJson(r), counted: counted.matched, removed: r.removed, notFound: r.notFound });
+    // Two walks, the count and the delete: what either could not see is said once.
+    const unseen = { readers: Math.max(counted.readers, r.readers), missed: Math.max(counted.missed, r.missed) };
+    if (ctx.json) ctx.printJson({ ...resultJson({ ...r, ...unseen }), complete: complete(counted) && complete(r), counted: counted.matched, removed: r.removed, notFound: r.notFound });
     else {
       ctx.out(`Deleted ${plural(r.removed, 'parked message')} of ${c.name} from ${c.parkedQueue}.`);
-      if (r.notFound > 0) ctx.out(`${plural(r.notFound, 'counted message')} ${r.notFound === 1 ? 'was' : 'were'} no longer parked (replayed or deleted meanwhile).`);
-      for (const line of coverage(counted)) ctx.out(line);
+      if (r.notFound > 0) ctx.out(`${plural(r.notFound, 'counted message')} ${r.notFound === 1 ? 'was' : 'were'} not found: replayed or deleted meanwhile, or held by another consumer of ${c.parkedQueue}.`);
+      for (const line of new Set([...coverage(counted), ...coverage({ ...r, ...unseen, notExamined: 0 })])) ctx.out(line);
     }
     return r.stopReason === 'aborted' ? EXIT.interrupted : recorded ? EXIT.ok : EXIT.failed;
   },

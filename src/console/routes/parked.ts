@@ -67,7 +67,8 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
     const result = await listParked(await model(), target, { filter, maxHeld: options.maxParkedRead, ...(signal ? { signal } : {}) });
     const notes: string[] = [];
     if (result.stopReason === 'max-held') notes.push(`Only the first ${options.maxParkedRead} held messages were read (${result.notExamined} not examined): narrow the filter.`);
-    if (result.readers > 0) notes.push(`${result.readers === 1 ? 'Another consumer was' : `${result.readers} other consumers were`} reading ${result.queue}: the messages it held are not shown. Reload once it is gone.`);
+    if (result.readers > 0) notes.push(`${result.readers === 1 ? 'Another consumer was' : `${result.readers} other consumers were`} reading ${result.queue}: the messages ${result.readers === 1 ? 'it' : 'they'} held are not shown. Reload once ${result.readers === 1 ? 'it is' : 'they are'} gone.`);
+    if (result.missed > 0) notes.push(`${result.missed} message${result.missed === 1 ? ' was' : 's were'} taken by another consumer of ${result.queue} (or expired) while this page was read, and ${result.missed === 1 ? 'is' : 'are'} not shown. Reload once it is gone.`);
     const incomplete = notes.length > 0 ? notes.join(' ') : null;
     return { ...result, incomplete };
   }
