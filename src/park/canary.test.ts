@@ -31,7 +31,7 @@ async function parkedGroup(queueType: 'classic' | 'quorum', consumeOptions: obje
     },
   }));
   const warren = await connectWarren(topology);
-  const state = { broken: true };
+  const state: { broken: boolean; onFail?: (() => void) | undefined } = { broken: true };
   const billingSeen: string[] = [];
   const billingDone: string[] = [];
   const emailSeen: string[] = [];
@@ -39,7 +39,10 @@ async function parkedGroup(queueType: 'classic' | 'quorum', consumeOptions: obje
     'billing',
     async (_p: unknown, ctx: MessageContext<unknown>) => {
       billingSeen.push(ctx.messageId ?? '');
-      if (state.broken) throw new PermanentError(`carrier ${billingSeen.length} rejected the order`);
+      if (state.broken) {
+        state.onFail?.();
+        throw new PermanentError(`carrier ${billingSeen.length} rejected the order`);
+      }
       billingDone.push(ctx.messageId ?? '');
     },
     consumeOptions as never,
@@ -161,6 +164,27 @@ describe('canaryReplay on a parked queue longer than maxHeld (classic)', () => {
     // It failed again; the window's end is no evidence of success when the browse was cut short.
     expect(canary).toMatchObject({ verdict: 'unknown', succeeded: 0 });
     expect(canary.canaries.map((c) => [c.outcome, c.evidence])).toEqual([['unknown', 'not-examined']]);
+  });
+});
+
+describe('canaryReplay while another consumer holds parked messages (classic)', () => {
+  it('a canary that parks again into another consumer\'s hands is not called a success', async () => {
+    const g = await parkedGroup('classic');
+    // The canary fails again, and as it does, another reader of the parked queue starts
+    // and takes everything there, the canary too once it is parked again.
+    const other = await g.conn.createChannel();
+    let held = 0;
+    g.state.onFail = () => {
+      g.state.onFail = undefined;
+      void other.consume(g.billing.parkedQueue, () => void (held += 1), { noAck: false });
+    };
+    const canary = await canaryReplay(g.conn, g.billing, { filter: { fingerprint: g.fingerprint }, count: 1, windowMs: 1500, pollMs: 100 });
+    await waitFor(() => held === 10, 'the other reader to hold all ten');
+    expect(canary).toMatchObject({ verdict: 'unknown', succeeded: 0 });
+    expect(canary.canaries.map((c) => [c.outcome, c.evidence])).toEqual([['unknown', 'not-examined']]);
+    await other.close();
+    await waitFor(async () => (await depth(g.conn, g.billing.parkedQueue)) === 10, 'the other reader to give the ten back');
+    expect(g.billingDone).toEqual([]);
   });
 });
 

@@ -56,8 +56,9 @@ export interface CanaryOptions extends Pick<ReplayOptions, 'filter' | 'actor' | 
  * - `window`: the window ended and it was not parked again: taken as succeeded.
  * - `no-message-id`: it has no message id, so it cannot be told from others: not watched.
  * - `not-examined`: the window ended, but the parked queue held more than `maxHeld`
- *   messages, so its tail (where a canary that failed again lands) was never read:
- *   unknown, not taken as succeeded.
+ *   messages, so its tail (where a canary that failed again lands) was never read, or
+ *   the last look found another consumer holding parked messages (the canary may be
+ *   among them): unknown, not taken as succeeded.
  */
 export type CanaryEvidence = 'parked-again' | 'processed' | 'window' | 'no-message-id' | 'not-examined';
 
@@ -183,6 +184,8 @@ export async function canaryReplay(model: amqp.ChannelModel, target: CanaryTarge
   const pending = () => watched.filter((w) => w.decided === undefined);
   let remaining = 0;
   let cutShort = false;
+  /** The last look could not see every parked message. */
+  let unseen = false;
 
   /** One look at the parked queue: canaries parked again fail; counts what the rest would replay. */
   const look = async (): Promise<void> => {
@@ -215,6 +218,8 @@ export async function canaryReplay(model: amqp.ChannelModel, target: CanaryTarge
     remaining = rest;
     // A canary that failed again is parked at the tail: a browse cut short never saw it.
     if (looked.stopReason === 'max-held') cutShort = true;
+    // Nor did one that ran while another consumer held messages: the canary may be among them.
+    unseen = looked.readers > 0 || looked.missed > 0;
     if (processed !== undefined) {
       const open = pending();
       if (open.length === 0) return;
@@ -237,8 +242,9 @@ export async function canaryReplay(model: amqp.ChannelModel, target: CanaryTarge
     for (const w of pending()) {
       // Aborted before the window ended, or the tail never read: no evidence either way.
       const ended = Date.now() >= deadline;
-      const outcome = ended && !cutShort ? 'succeeded' : 'unknown';
-      w.decided = decide({ messageId: w.messageId, identity: w.identity, outcome, evidence: cutShort ? 'not-examined' : 'window', decidedAfterMs: Date.now() - replayedAt });
+      const blind = cutShort || unseen;
+      const outcome = ended && !blind ? 'succeeded' : 'unknown';
+      w.decided = decide({ messageId: w.messageId, identity: w.identity, outcome, evidence: blind ? 'not-examined' : 'window', decidedAfterMs: Date.now() - replayedAt });
     }
   } else {
     remaining = await countMatching(model, target, filter, options.maxHeld);
