@@ -173,6 +173,30 @@ describe('console: hostile input is text', () => {
   });
 });
 
+describe('console: another consumer of the parked queue', () => {
+  it('says so on the parked page, and a message it holds is not "never parked"', async () => {
+    const topology = billingTopology();
+    const conn = await declared(topology);
+    const billing = topology.consumer('billing');
+    const ids = await publishParked(conn, topology, billing, failures(3));
+    const other = await conn.createChannel();
+    await other.prefetch(1);
+    let held = 0;
+    await other.consume(billing.parkedQueue, () => void (held += 1), { noAck: false });
+    await waitFor(() => held === 1, 'the other consumer to hold the first message');
+    const ops = testConsole(topology);
+    const page = await get(ops, `/parked/${billing.name}`);
+    expect(page.status).toBe(200);
+    expect(page.text).toMatch(/id="parked-incomplete">Another consumer was reading [^<]*: the messages it held are not shown/);
+    const message = await get(ops, `/parked/${billing.name}/messages/${ids[0]}`);
+    expect(message.status).toBe(404);
+    expect(message.text).toMatch(/or another consumer of [^ ]+ is holding it: look again once it is gone/);
+    await other.close();
+    await waitFor(async () => (await get(ops, `/parked/${billing.name}/messages/${ids[0]}`)).status === 200, 'the message to be readable once the other consumer lets go');
+    expect((await get(ops, `/parked/${billing.name}`)).text).not.toContain('parked-incomplete');
+  });
+});
+
 describe('console: secrets', () => {
   it('never shows the password of the broker or database URL', async () => {
     const topology = billingTopology();

@@ -53,6 +53,11 @@ interface PendingPurge {
   readonly expires: number;
 }
 
+/** The end of a "not found" sentence when a walk could not see every parked message. */
+function elsewhere(r: { readonly readers: number; readonly missed: number; readonly queue: string }): string {
+  return r.readers > 0 || r.missed > 0 ? ` (or another consumer of ${r.queue} is holding it: look again once it is gone)` : '';
+}
+
 /** Registers the parked-message routes. */
 export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
   const { options, jobs } = deps;
@@ -159,7 +164,7 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
     const target = consumerOf(c);
     const id = c.req.param('id');
     let found: ParkedMessage | undefined;
-    await browseParked(await model(), target, {
+    const looked = await browseParked(await model(), target, {
       filter: { messageIds: [id] },
       maxHeld: options.maxParkedRead,
       onMessage: (m) => {
@@ -167,7 +172,7 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
         return 'stop';
       },
     });
-    if (!found) throw new ConsoleHttpError(404, `No parked message of ${target.name} has id ${id}: it was replayed or purged, or never parked here.`);
+    if (!found) throw new ConsoleHttpError(404, `No parked message of ${target.name} has id ${id}: it was replayed or purged, or never parked here${elsewhere(looked)}.`);
     return c.html(messagePage(c.get('page'), target.name, found, attemptHistory(found)));
   });
 
@@ -311,14 +316,14 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
     const ids = scope === 'selected' ? [...new Set(f.all('id'))] : undefined;
     if (ids !== undefined && ids.length === 0) throw new ConsoleHttpError(400, 'Select at least one message (tick its box) first.');
     const identities: string[] = [];
-    await browseParked(await model(), target, {
+    const looked = await browseParked(await model(), target, {
       filter: ids ? { messageIds: ids } : filter,
       maxHeld: options.maxParkedRead,
       onMessage: (m) => {
         if (fingerprint === undefined || m.fingerprint === fingerprint) identities.push(parkedIdentity(m));
       },
     });
-    if (identities.length === 0) throw new ConsoleHttpError(409, 'Nothing parked matches: there is nothing to purge.');
+    if (identities.length === 0) throw new ConsoleHttpError(409, `Nothing parked matches: there is nothing to purge${elsewhere(looked)}.`);
     for (const [k, p] of pending) if (p.expires < Date.now()) pending.delete(k);
     const token = randomUUID();
     const described = ids ? `${ids.length} selected` : fingerprint ? `group ${fingerprint}, ${describeFilter(filter)}` : describeFilter(filter);
