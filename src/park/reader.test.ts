@@ -134,9 +134,13 @@ describe.each(['classic', 'quorum'] as const)('parked queue walks on a %s queue'
       },
     });
     // A classic walk holds what it read, so the other consumer took two it had not reached.
-    // A quorum walk puts each copy at the back as it goes: the other consumer took two of
-    // those, and the walk saw all six.
-    expect(result).toMatchObject(queueType === 'classic' ? { total: 6, scanned: 4, missed: 2, notExamined: 0, readers: 0 } : { total: 6, scanned: 6, missed: 0, readers: 0 });
+    // A quorum walk puts each copy at the back as it goes: the other consumer may take two
+    // of those instead, and then the walk saw all six. Either way none goes uncounted.
+    if (queueType === 'classic') expect(result).toMatchObject({ total: 6, scanned: 4, missed: 2, notExamined: 0, readers: 0 });
+    else {
+      expect(result).toMatchObject({ total: 6, notExamined: 0, readers: 0 });
+      expect(result.scanned + result.missed).toBe(6);
+    }
     await other.close();
     await waitFor(async () => (await queueCounts(conn, billing.parkedQueue)).consumers === 0, 'the queue to drop the other consumer');
     expect(await listParked(conn, billing)).toMatchObject({ total: 6, scanned: 6, missed: 0 });
