@@ -3,6 +3,8 @@ import { duration, parseStrict, positionalsOf, positiveNumber, wholeNumber, FILT
 import { describeConnectError, scrub, secretsOf } from './context.js';
 import { UsageError } from './errors.js';
 import { addressesOf, nodeName } from './commands/console.js';
+import { coverage, purgeReport } from './commands/parked.js';
+import type { ParkedOperationResult, PurgeResult } from '../park/operations.js';
 import { clip, progressBar, progressLine, Progress, span, table, when } from './format.js';
 
 describe('table', () => {
@@ -106,5 +108,33 @@ describe('the console names its broker', () => {
       'rabbit-4',
       '[bad',
     ]);
+  });
+});
+
+describe('what a parked-queue command could not see', () => {
+  const walk = (over: Partial<ParkedOperationResult> = {}): ParkedOperationResult => ({
+    consumer: 'billing', queue: 'billing.parked', total: 10, scanned: 10, kept: 10, removed: 0, moved: 0, failed: [], notExamined: 0, missed: 0, stopReason: 'end', rewritten: 0, readers: 0, matched: 5, limitReached: false, ...over,
+  });
+  const deleted = (over: Partial<PurgeResult> = {}): PurgeResult => ({ ...walk({ removed: 5, kept: 0, scanned: 9, notExamined: 1, stopReason: 'stopped' }), notFound: 0, ...over });
+
+  it('names other consumers, one or several, and messages taken while it ran', () => {
+    expect(coverage(walk())).toEqual([]);
+    expect(coverage(walk({ readers: 1 }))).toEqual([expect.stringMatching(/^Not everything was seen: another consumer was reading billing\.parked when this began, and the messages it held were not examined\. Run again once it is gone/)]);
+    expect(coverage(walk({ readers: 3 }))[0]).toMatch(/3 other consumers were reading billing\.parked .* the messages they held .* once they are gone/);
+    expect(coverage(walk({ missed: 50 }))).toEqual([expect.stringMatching(/^Not everything was seen: 50 messages parked when this began were gone before it reached them: another consumer of billing\.parked took them/)]);
+  });
+
+  it('a purge is complete when its count saw everything and its delete found all it counted; each warning once', () => {
+    expect(purgeReport(walk(), deleted())).toEqual({ lines: [], complete: true, readers: 0, missed: 0 });
+    // The delete met a reader but found everything counted: nothing to say.
+    expect(purgeReport(walk(), deleted({ readers: 1 }))).toMatchObject({ lines: [], complete: true });
+    // It did not find some: what kept them from it is said.
+    const short = purgeReport(walk(), deleted({ notFound: 2, missed: 2 }));
+    expect(short).toMatchObject({ complete: false, missed: 2 });
+    expect(short.lines).toEqual([expect.stringMatching(/2 messages parked when this began were gone/)]);
+    // The same reader seen by both walks is named once.
+    const both = purgeReport(walk({ readers: 1 }), deleted({ notFound: 1, readers: 1 }));
+    expect(both.lines.filter((l) => l.includes('another consumer was reading'))).toHaveLength(1);
+    expect(purgeReport(walk({ readers: 1 }), deleted())).toMatchObject({ complete: false, readers: 1 });
   });
 });

@@ -170,6 +170,17 @@ describe('a walk of a classic queue holding many messages', () => {
     expect(replay).toMatchObject({ replayed: 20, stopReason: 'end' });
   });
 
+  it('a walk started at once after another counts every message the first put back', async () => {
+    const topology = topologyOf('classic');
+    const billing = topology.consumer('billing');
+    const conn = await declared(topology);
+    await publishParked(conn, topology, billing, failures(3000));
+    // The first holds all 3,000 as it reads, and hands them back as it returns.
+    const totals: number[] = [];
+    for (let round = 0; round < 5; round++) totals.push((await listParked(conn, billing)).total);
+    expect(totals).toEqual([3000, 3000, 3000, 3000, 3000]);
+  });
+
   it('does not take a message parked again during the walk a second time', async () => {
     const topology = topologyOf('classic');
     const billing = topology.consumer('billing');

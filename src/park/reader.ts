@@ -249,8 +249,10 @@ export async function walkParked(
       // returning: left to the channel's close, it comes back a moment after, and an
       // operation started at once (a replay right after a listing) would miss it.
       // Should this fail, the channel is gone, and its close gives them back all the same.
+      const before = walk.held > 0 ? await ch.checkQueue(queue).then((ok) => ok.messageCount, () => undefined) : undefined;
       ch.nackAll(true);
-      await (ch as unknown as RpcChannel).rpc(TX.commit, {}, TX.commitOk).catch(() => undefined);
+      const committed = await (ch as unknown as RpcChannel).rpc(TX.commit, {}, TX.commitOk).then(() => true, () => false);
+      if (committed && before !== undefined) await untilBack(ch, queue, before + walk.held);
     }
     return result;
   } finally {
@@ -258,6 +260,21 @@ export async function walkParked(
     // Closing the channel discards an uncommitted batch and puts every held message back
     // (a classic queue: in its old place).
     await closeChannel(ch);
+  }
+}
+
+/**
+ * Waits until the queue has `ready` messages ready or more, for 5 s at most. Commit-ok
+ * comes before the queue has taken back what the commit requeued, and the queue answers
+ * a count ahead of its other work: a walk started at once (a purge right after its
+ * count) would take a count short of them, and leave the last ones unexamined.
+ */
+async function untilBack(ch: amqp.Channel, queue: string, ready: number): Promise<void> {
+  const until = Date.now() + 5000;
+  while (Date.now() < until) {
+    const now = await ch.checkQueue(queue).then((ok) => ok.messageCount, () => undefined);
+    if (now === undefined || now >= ready) return;
+    await new Promise((r) => setTimeout(r, 5));
   }
 }
 
@@ -310,6 +327,8 @@ class Walk {
   /** The most messages the walk may receive in all: it never lets the broker send more. */
   private bound = 0;
   private received = 0;
+  /** Deliveries not acknowledged by a committed batch: what the channel holds. */
+  private unacked = 0;
   private scanned = 0;
   private kept = 0;
   private removed = 0;
@@ -356,6 +375,11 @@ class Walk {
 
   close(): void {
     this.closing = true;
+  }
+
+  /** Messages the walk's channel holds: delivered, and not acknowledged by a commit. */
+  get held(): number {
+    return this.unacked;
   }
 
   private get broken(): boolean {
@@ -511,6 +535,7 @@ class Walk {
     } else {
       c.delivered += 1;
       this.received += 1;
+      this.unacked += 1;
       this.buffer.push({ m, from: c });
       // Everything the walk may take has arrived: cancel, so that acknowledgements open nothing more.
       if (this.received >= this.bound && c.state === 'open') void this.cancel(c);
@@ -770,6 +795,7 @@ class Walk {
       if (c.kind === 'remove') this.removed += 1;
       else if (c.kind === 'copy') this.copied += 1;
       else if (c.kind === 'move') moves += 1;
+      if (c.kind !== 'restore') this.unacked -= 1;
     }
     if (this.returns.length === 0) {
       this.moved += moves;

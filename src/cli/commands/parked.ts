@@ -30,7 +30,7 @@ function limitOf(ctx: CommandContext): { limit?: number } {
 }
 
 /** What a walk did not cover, in words; empty when it covered everything. */
-function coverage(r: ParkedOperationResult): string[] {
+export function coverage(r: ParkedOperationResult): string[] {
   const lines: string[] = [];
   if (r.notExamined > 0) {
     const rest = `${plural(r.notExamined, 'more message')} ${r.notExamined === 1 ? 'was' : 'were'} not examined`;
@@ -53,6 +53,19 @@ function coverage(r: ParkedOperationResult): string[] {
 /** Whether a walk saw every message parked when it began. */
 function complete(r: ParkedOperationResult): boolean {
   return r.notExamined === 0 && r.readers === 0 && r.missed === 0;
+}
+
+/**
+ * What a purge says of its two walks, the count and the delete: the count's coverage,
+ * and, when the delete did not find every counted message, what kept them out of its
+ * sight. It is complete when the count saw everything and the delete found all it counted.
+ */
+export function purgeReport(counted: ParkedOperationResult, r: PurgeResult): { lines: string[]; complete: boolean; readers: number; missed: number } {
+  const short = r.notFound > 0;
+  const readers = Math.max(counted.readers, short ? r.readers : 0);
+  const missed = Math.max(counted.missed, short ? r.missed : 0);
+  const lines = new Set([...coverage(counted), ...(short ? coverage({ ...r, readers, missed, notExamined: 0 }) : [])]);
+  return { lines: [...lines], complete: complete(counted) && !short, readers, missed };
 }
 
 function noMatch(ctx: CommandContext, c: ConsumerTopology, filter: ParkedFilter, r: ParkedOperationResult): void {
@@ -257,7 +270,7 @@ export const parkedShow: Command = {
       return EXIT.failed;
     }
     if (ctx.json) {
-      ctx.printJson({ consumer: c.name, queue: c.parkedQueue, total: r.total, readers: r.readers, messages: found.map(showJson) });
+      ctx.printJson({ consumer: c.name, queue: c.parkedQueue, total: r.total, readers: r.readers, missed: r.missed, messages: found.map(showJson) });
       return EXIT.ok;
     }
     found.forEach((m, i) => {
@@ -456,13 +469,12 @@ export const parkedPurge: Command = {
     } finally {
       await sink?.close().catch(() => undefined);
     }
-    // Two walks, the count and the delete: what either could not see is said once.
-    const unseen = { readers: Math.max(counted.readers, r.readers), missed: Math.max(counted.missed, r.missed) };
-    if (ctx.json) ctx.printJson({ ...resultJson({ ...r, ...unseen }), complete: complete(counted) && complete(r), counted: counted.matched, removed: r.removed, notFound: r.notFound });
+    const report = purgeReport(counted, r);
+    if (ctx.json) ctx.printJson({ ...resultJson(r), complete: report.complete, readers: report.readers, missed: report.missed, counted: counted.matched, removed: r.removed, notFound: r.notFound });
     else {
       ctx.out(`Deleted ${plural(r.removed, 'parked message')} of ${c.name} from ${c.parkedQueue}.`);
       if (r.notFound > 0) ctx.out(`${plural(r.notFound, 'counted message')} ${r.notFound === 1 ? 'was' : 'were'} not found: replayed or deleted meanwhile, or held by another consumer of ${c.parkedQueue}.`);
-      for (const line of new Set([...coverage(counted), ...coverage({ ...r, ...unseen, notExamined: 0 })])) ctx.out(line);
+      for (const line of report.lines) ctx.out(line);
     }
     return r.stopReason === 'aborted' ? EXIT.interrupted : recorded ? EXIT.ok : EXIT.failed;
   },
