@@ -249,8 +249,13 @@ export async function walkParked(
       // returning: left to the channel's close, it comes back a moment after, and an
       // operation started at once (a replay right after a listing) would miss it.
       // Should this fail, the channel is gone, and its close gives them back all the same.
-      const before = walk.held > 0 ? await ch.checkQueue(queue).then((ok) => ok.messageCount, () => undefined) : undefined;
-      ch.nackAll(true);
+      // Another consumer would take what goes back, and the count would never reach it.
+      const before = walk.held > 0 && !walk.shared ? await ch.checkQueue(queue).then((ok) => ok.messageCount, () => undefined) : undefined;
+      try {
+        ch.nackAll(true);
+      } catch {
+        // The channel is gone (the queue was deleted as the walk ended): its close gave them back.
+      }
       const committed = await (ch as unknown as RpcChannel).rpc(TX.commit, {}, TX.commitOk).then(() => true, () => false);
       if (committed && before !== undefined) await untilBack(ch, queue, before + walk.held);
     }
@@ -264,7 +269,8 @@ export async function walkParked(
 }
 
 /**
- * Waits until the queue has `ready` messages ready or more, for 5 s at most. Commit-ok
+ * Waits until the queue has `ready` messages ready or more, for 5 s at most (a queue
+ * whose messages expire or overflow meanwhile may never get there). Commit-ok
  * comes before the queue has taken back what the commit requeued, and the queue answers
  * a count ahead of its other work: a walk started at once (a purge right after its
  * count) would take a count short of them, and leave the last ones unexamined.
@@ -272,8 +278,9 @@ export async function walkParked(
 async function untilBack(ch: amqp.Channel, queue: string, ready: number): Promise<void> {
   const until = Date.now() + 5000;
   while (Date.now() < until) {
-    const now = await ch.checkQueue(queue).then((ok) => ok.messageCount, () => undefined);
-    if (now === undefined || now >= ready) return;
+    const now = await ch.checkQueue(queue).then((ok) => ok, () => undefined);
+    // Gone, back, or another consumer started and takes them: nothing more to wait for.
+    if (now === undefined || now.messageCount >= ready || now.consumerCount > 0) return;
     await new Promise((r) => setTimeout(r, 5));
   }
 }
@@ -375,6 +382,11 @@ class Walk {
 
   close(): void {
     this.closing = true;
+  }
+
+  /** The queue had other consumers when the walk began, or one took messages while it ran. */
+  get shared(): boolean {
+    return this.readers > 0 || (this.dry && this.scanned < this.total);
   }
 
   /** Messages the walk's channel holds: delivered, and not acknowledged by a commit. */
