@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events';
 import { BrokerConnection, redactUrl, type BrokerNode, type ConnectionOptions } from './connection/index.js';
 import { Consumer } from './consume/consumer.js';
 import type { ConsumerOptions, Handler } from './consume/types.js';
-import { ClosedError } from './errors.js';
+import { ClosedError, InvalidOptionError } from './errors.js';
 import { healthReport, type HealthReason, type HealthReport } from './health/index.js';
 import { toLogger, type Logger } from './logger.js';
 import { ManagementClient, type ManagementOptions } from './management/client.js';
@@ -23,6 +23,22 @@ export interface WarrenOptions extends ConnectionOptions {
    * @default true
    */
   declare?: boolean;
+  /**
+   * Start while the broker cannot be reached. `open()` (and `Warren.connect`) try each URL
+   * once; when none answers they resolve anyway, and both connections go on trying in the
+   * background with the `reconnect` backoff for as long as it takes. Meanwhile `health()`
+   * is not ready and says why, consumers attach when the broker comes, an outbox keeps
+   * taking rows (it needs only the database) and its relay sends them once connected, and
+   * `publish()` waits or fails at once as `publisher.whenDisconnected` says. A broker that
+   * answers but refuses the credentials or the virtual host still fails `open()` (no retry
+   * fixes that), and with the broker up nothing changes: a topology that drifted fails
+   * `open()` as always. Later it is reported by `health()` and logged. See docs/lifecycle.md.
+   *
+   * @example
+   * const warren = await Warren.connect({ topology, startWithoutBroker: true, publisher: { whenDisconnected: 'fail' } });
+   * @default false: `open()` fails with BrokerUnreachableError after `connectTimeoutMs`
+   */
+  startWithoutBroker?: boolean;
 }
 
 /**
@@ -59,6 +75,9 @@ export class Warren extends EventEmitter {
   private readonly managementOptions: ManagementOptions | undefined;
   private closed = false;
   private readonly declare: boolean;
+  private readonly startWithoutBroker: boolean;
+  /** Started without the broker: the publish connection waits for the first declaration. */
+  private publishingAfterTopology = false;
   private opening: Promise<void> | undefined;
   /** Why the last declaration of the topology failed; undefined once one succeeded. */
   private topologyError: unknown;
@@ -73,6 +92,8 @@ export class Warren extends EventEmitter {
     this.mover = new Publisher(this.publishConnection, this.topology.exchange, { logger: this.logger, ...options.publisher });
     this.managementOptions = options.management;
     this.declare = options.declare !== false;
+    if (options.startWithoutBroker !== undefined && typeof options.startWithoutBroker !== 'boolean') throw new InvalidOptionError('startWithoutBroker', `expected true or false, got ${JSON.stringify(options.startWithoutBroker)}`);
+    this.startWithoutBroker = options.startWithoutBroker === true;
   }
 
   /**
@@ -84,7 +105,10 @@ export class Warren extends EventEmitter {
     return new Warren(options);
   }
 
-  /** Connects (retrying until `connectTimeoutMs`), declares the topology and opens the publisher. */
+  /**
+   * Connects (retrying until `connectTimeoutMs`), declares the topology and opens the
+   * publisher. With `startWithoutBroker`, resolves also while the broker is away.
+   */
   static async connect(options: WarrenOptions): Promise<Warren> {
     const warren = new Warren(options);
     await warren.open();
@@ -115,16 +139,38 @@ export class Warren extends EventEmitter {
       });
     }
     try {
-      await this.connection.open();
+      // Without the broker, what the hooks do happens when it comes.
+      const up = this.startWithoutBroker ? await this.connection.tryOpen() : (await this.connection.open(), true);
       // The first declaration's failure (drift) is the caller's error, not a log line.
-      if (this.declare) await declareTopology(await this.connection.waitReady(1000), this.topology);
-      await this.publishConnection.open();
+      if (up && this.declare) await declareTopology(await this.connection.waitReady(1000), this.topology);
+      if (!this.startWithoutBroker) await this.publishConnection.open();
+      else if (up) await this.publishConnection.tryOpen();
+      else await this.openPublishingAfterTopology();
       await this.publisher.start();
       await this.mover.start();
     } catch (error) {
       await Promise.all([this.connection.close(), this.publishConnection.close()]);
       throw error;
     }
+  }
+
+  /**
+   * Started without the broker: the publish connection opens once the consumers'
+   * connection has come and declared the topology (its hook runs first), so that nothing
+   * is published to an exchange or queue the broker does not have yet.
+   */
+  private async openPublishingAfterTopology(): Promise<void> {
+    this.publishingAfterTopology = true;
+    const once = (): Promise<void> => {
+      this.connection.offReady(once);
+      this.publishingAfterTopology = false;
+      this.publishConnection.tryOpen().catch((error: unknown) => {
+        if (error instanceof ClosedError) return;
+        this.logger.error('the publish connection could not open', { error: error instanceof Error ? error.message : String(error) });
+      });
+      return Promise.resolve();
+    };
+    await this.connection.onReady(once);
   }
 
   /**
@@ -201,7 +247,10 @@ export class Warren extends EventEmitter {
     for (const [component, c] of [['connection', this.connection], ['publish connection', this.publishConnection]] as const) {
       if (!c.ready) {
         const others = c.urls.length > 1 ? ` (next to try of ${c.urls.length} nodes)` : '';
-        reasons.push({ component, fails: 'ready', message: `not connected to ${redactUrl(c.url)}${others}; reconnecting` });
+        const down = c.downForMs >= 1000 ? ` for ${Math.round(c.downForMs / 1000)} s` : '';
+        const why = c.lastError === undefined ? '' : `; last attempt: ${c.lastError}`;
+        const next = c === this.publishConnection && this.publishingAfterTopology ? 'opens once the other connection has declared the topology' : 'reconnecting';
+        reasons.push({ component, fails: 'ready', message: `not connected to ${redactUrl(c.url)}${others}${down}${why}; ${next}` });
       }
     }
     const blocked = this.publishConnection.blocked;
@@ -214,7 +263,10 @@ export class Warren extends EventEmitter {
       reasons.push({ component: 'topology', fails: 'ready', message: `the last declaration failed: ${why}` });
     }
     for (const consumer of this.consumers) {
-      if (!consumer.attached) reasons.push({ component: `consumer ${consumer.name}`, fails: 'ready', message: `not attached to queue ${consumer.declaration.queue}; re-attaching` });
+      if (!consumer.attached) {
+        const waiting = this.connection.connected ? 're-attaching' : 'it attaches when the connection is up';
+        reasons.push({ component: `consumer ${consumer.name}`, fails: 'ready', message: `not attached to queue ${consumer.declaration.queue}; ${waiting}` });
+      }
     }
     return Promise.resolve(healthReport(reasons));
   }

@@ -172,6 +172,10 @@ export class BrokerConnection extends EventEmitter {
   /** A connect under way (from open() or a reconnect), so close() can wait for it. */
   private inFlight: Promise<void> | undefined;
   private blockedReason: string | undefined;
+  /** Why the last connect attempt failed; cleared on connect. */
+  private lastFailure: string | undefined;
+  /** When the connection was lost, or first tried without success (Date.now()); undefined while connected. */
+  private downSince: number | undefined = Date.now();
 
   constructor(options: ConnectionOptions = {}) {
     super();
@@ -199,6 +203,27 @@ export class BrokerConnection extends EventEmitter {
    */
   get node(): BrokerNode | undefined {
     return this.model ? this.currentNode : undefined;
+  }
+
+  /**
+   * True while a connection is up, its ready hooks run or not. A publish may be written
+   * once they have; {@link ready} says when.
+   */
+  get connected(): boolean {
+    return this.model !== undefined;
+  }
+
+  /**
+   * Why the last attempt to connect failed (e.g. `connect ECONNREFUSED 127.0.0.1:5672`),
+   * or `undefined` once connected and before any attempt failed.
+   */
+  get lastError(): string | undefined {
+    return this.lastFailure;
+  }
+
+  /** How long this connection has been down, in ms (since it was lost or first tried); 0 while connected. */
+  get downForMs(): number {
+    return this.model !== undefined || this.downSince === undefined ? 0 : Date.now() - this.downSince;
   }
 
   /** True while a connection is up and every ready hook has run. */
@@ -239,6 +264,7 @@ export class BrokerConnection extends EventEmitter {
         return;
       } catch (error) {
         lastError = error;
+        this.noteFailure(error);
         const refused = this.diagnose(error);
         if (refused) throw new BrokerHandshakeError(redactUrl(this.url), refused.reason, refused.message, { cause: error });
         this.index = nextIndex(this.index, this.urls.length);
@@ -249,6 +275,39 @@ export class BrokerConnection extends EventEmitter {
     }
     const detail = lastError instanceof Error ? lastError.message : String(lastError ?? 'closed while connecting');
     throw new BrokerUnreachableError(this.shownUrls(), `${detail} (gave up after ${attempt} attempts in ${this.connectTimeoutMs} ms)`, { cause: lastError });
+  }
+
+  /**
+   * Tries each URL once and resolves `true` when one connects (its hooks run, as with
+   * {@link open}). When none answers, it resolves `false` at once and goes on trying in
+   * the background, with the `reconnect` backoff, for as long as it takes: the hooks run
+   * when the broker comes, and {@link waitReady} waits for that. For an application that
+   * must start while the broker is away. Refused credentials, a refused virtual host or a
+   * server that does not speak AMQP still fail at once with a {@link BrokerHandshakeError}.
+   */
+  async tryOpen(): Promise<boolean> {
+    if (this.closing) throw new ClosedError('The connection');
+    if (this.model) return true;
+    for (let i = 0; i < this.urls.length && !this.closing; i++) {
+      try {
+        await this.connectOnce();
+        return true;
+      } catch (error) {
+        this.noteFailure(error);
+        const refused = this.diagnose(error);
+        if (refused) throw new BrokerHandshakeError(redactUrl(this.url), refused.reason, refused.message, { cause: error });
+        this.index = nextIndex(this.index, this.urls.length);
+      }
+    }
+    if (this.closing) return false;
+    this.logger.warn('the broker cannot be reached; going on without it and connecting in the background', { urls: this.shownUrls(), error: this.lastFailure });
+    this.scheduleReconnect(1);
+    return false;
+  }
+
+  private noteFailure(error: unknown): void {
+    // Shown in health reports: a driver's message may carry the URL it was given.
+    this.lastFailure = (error instanceof Error ? error.message : String(error)).replace(/\/\/([^:@/\s]+):[^@/\s]+@/g, '//$1:***@');
   }
 
   private connectOnce(): Promise<void> {
@@ -303,6 +362,8 @@ export class BrokerConnection extends EventEmitter {
     model.on('blocked', (reason: string) => this.onBlocked(generation, reason));
     model.on('unblocked', () => this.onUnblocked(generation));
     this.model = model;
+    this.lastFailure = undefined;
+    this.downSince = undefined;
     this.connecting = this.runHooks(model);
     try {
       await this.connecting;
@@ -367,6 +428,8 @@ export class BrokerConnection extends EventEmitter {
   private onClose(generation: number, err?: Error): void {
     if (generation !== this.generation) return;
     this.model = undefined;
+    this.downSince = Date.now();
+    if (err) this.noteFailure(err);
     // A new connection starts unblocked; the broker says so again if the alarm is still on.
     this.onUnblocked(generation);
     if (this.closing) return;
@@ -386,6 +449,7 @@ export class BrokerConnection extends EventEmitter {
       this.reconnectTimer = undefined;
       this.connectOnce().catch((error: unknown) => {
         if (this.closing) return;
+        this.noteFailure(error);
         this.logger.warn('reconnect failed', { attempt, url: redactUrl(this.url), error: error instanceof Error ? error.message : String(error) });
         this.index = nextIndex(this.index, this.urls.length);
         this.scheduleReconnect(attempt + 1);

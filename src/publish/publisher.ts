@@ -3,6 +3,7 @@ import type * as amqp from 'amqplib';
 import { BrokerUnreachableError, ClosedError, InvalidOptionError, PublishNackedError, PublishNotConfirmedError, PublishNotSentError, UnroutableError, type LateAnswer } from '../errors.js';
 import { toLogger, type Logger } from '../logger.js';
 import type { BrokerConnection } from '../connection/index.js';
+import { redactUrl } from '../connection/url.js';
 import { checkRoutingKey, encodePayload, hasDefaultProperties, messageIdOf, NO_OPTIONS, occurredAtOf, stampProperties, type PublishOptions } from './stamp.js';
 import { stampTrace, tracePublish } from '../trace/index.js';
 import { closeChannel } from '../connection/channel.js';
@@ -34,6 +35,17 @@ export interface PublisherOptions {
    * @default 30000
    */
   confirmTimeoutMs?: number;
+  /**
+   * What `publish()` does while the connection is down (the broker went away, or the
+   * application started without it: `startWithoutBroker`). `'wait'`: wait for it, at most
+   * `connectTimeoutMs` (and within `confirmTimeoutMs`), then reject with
+   * {@link BrokerUnreachableError}. `'fail'`: reject at once with BrokerUnreachableError
+   * ("not connected"), nothing written, so that a request can answer now (a 503) or the
+   * message can go to the outbox instead. Only `publish()`: `send()`, which the outbox
+   * relay, the retry scheduler and the consumers' moves use, always waits.
+   * @default 'wait'
+   */
+  whenDisconnected?: 'wait' | 'fail';
   /** @default a logger that drops everything */
   logger?: Logger;
 }
@@ -167,6 +179,8 @@ export class Publisher extends EventEmitter {
   private readonly onUnblocked = (): void => this.pump();
   /** Waiting for the connection on behalf of the write line (see ensureChannel). */
   private acquiring = false;
+  /** `whenDisconnected: 'fail'`. */
+  private readonly failDisconnected: boolean;
 
   constructor(
     private readonly connection: BrokerConnection,
@@ -181,6 +195,9 @@ export class Publisher extends EventEmitter {
     const confirm = options.confirmTimeoutMs ?? DEFAULTS.confirmTimeoutMs;
     if (!Number.isInteger(confirm) || confirm < 10 || confirm > 3_600_000) throw new InvalidOptionError('confirmTimeoutMs', `${confirm} is not a whole number of milliseconds from 10 to 3600000`);
     this.confirmTimeoutMs = confirm;
+    const whenDisconnected = options.whenDisconnected ?? 'wait';
+    if (whenDisconnected !== 'wait' && whenDisconnected !== 'fail') throw new InvalidOptionError('whenDisconnected', `${JSON.stringify(whenDisconnected)} is not 'wait' or 'fail'`);
+    this.failDisconnected = whenDisconnected === 'fail';
     this.logger = toLogger(options.logger);
   }
 
@@ -405,6 +422,7 @@ export class Publisher extends EventEmitter {
     } catch (error) {
       return Promise.reject(error as Error);
     }
+    if (this.failDisconnected && !this.connection.connected && !this.closed) return this.notConnected(messageId);
     // The receipt is what the publish resolves with: no second promise to map to it.
     return this.enqueue(exchange, routingKey, content, messageId, properties, at, true) as Promise<PublishReceipt>;
   }
@@ -421,6 +439,20 @@ export class Publisher extends EventEmitter {
   send(message: OutgoingMessage): Promise<void> {
     const properties = message.properties;
     return this.enqueue(message.exchange, message.routingKey, message.content, properties.messageId, properties, Date.now(), false) as Promise<unknown> as Promise<void>;
+  }
+
+  /** A publish refused at once (`whenDisconnected: 'fail'`): never written, settled now. */
+  private notConnected(messageId: string): Promise<PublishReceipt> {
+    const down = this.connection.lastError === undefined ? '' : ` (last attempt: ${this.connection.lastError})`;
+    const error = new BrokerUnreachableError(redactUrl(this.connection.url), `not connected${down}, and the publisher fails at once while disconnected (whenDisconnected: 'fail'); message ${messageId} was not sent`);
+    if (this.listenerCount('settled') > 0) {
+      try {
+        this.emit('settled', error, 0);
+      } catch {
+        // A listener's failure is not the publish's.
+      }
+    }
+    return Promise.reject(error);
   }
 
   /** {@link send}, resolving with a receipt (`receipt`) or nothing at the confirm. */
