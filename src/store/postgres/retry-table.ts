@@ -176,6 +176,12 @@ export class PostgresRetryTableDriver<C extends PgClient> implements RetryTableD
           const own = change.ownPausesOnly ? ` AND actor = ${lp.param(actor)}` : '';
           detail['liftedPauses'] = (await q(`DELETE FROM ${t.retryHolds} WHERE ${lifted}${own}`, lp.values)).rowCount ?? 0;
         }
+        if (!change.ownPausesOnly) {
+          // A person's resume lifts their pause by hand also on rows another hold still
+          // covers: that hold's own resume (a health check's) then releases them.
+          const mp = new Params();
+          await q(`UPDATE ${t.retry} SET paused_manually = false WHERE ${whereOf(filter, mp)} AND paused_manually`, mp.values);
+        }
         const p = new Params();
         const due = change.dueNow ? `, next_attempt_at = CASE WHEN r.next_attempt_at IS NULL OR r.next_attempt_at > now() THEN now() ELSE r.next_attempt_at END` : '';
         // Rows another hold still covers stay paused; a health check leaves rows paused by hand alone.

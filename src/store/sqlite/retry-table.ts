@@ -170,6 +170,12 @@ export class SqliteRetryTableDriver<DB extends SqliteDatabase> implements RetryT
           const own = change.ownPausesOnly ? ` AND actor = ${lp.param(actor)}` : '';
           detail['liftedPauses'] = Number(db.prepare(`DELETE FROM ${t.retryHolds} WHERE ${lifted}${own}`).run(...lp.values).changes);
         }
+        if (!change.ownPausesOnly) {
+          // A person's resume lifts their pause by hand also on rows another hold still
+          // covers: that hold's own resume (a health check's) then releases them.
+          const mp = new Params(now);
+          db.prepare(`UPDATE ${t.retry} SET paused_manually = 0 WHERE ${whereOf(filter, mp)} AND paused_manually = 1`).run(...mp.values);
+        }
         // Parameters in the order they appear: SET first, then WHERE.
         const p = new Params(now);
         p.param(now);
