@@ -4,7 +4,7 @@
  * depend on the machine and on what else runs on it.
  *
  *   npm run bench                 all of them
- *   npm run bench -- core stores  some of them (core, publish, stores, replay, hop, retry, metrics, tracing, console)
+ *   npm run bench -- core stores  some of them (core, publish, stores, replay, hop, retry, metrics, tracing, console, pattern)
  *
  * core (consume), publish, hop and replay run on both brokers of the development
  * machine (3.10 at :5672, 4.0 at :5673) unless their URLs variable says otherwise;
@@ -17,6 +17,7 @@ import { benchConsole } from './console.js';
 import { benchCore } from './consume.js';
 import { benchHop } from './hop.js';
 import { benchMetrics } from './metrics.js';
+import { benchPattern } from './pattern.js';
 import { benchPublish } from './publish.js';
 import { benchReplay } from './replay.js';
 import { printRows, type BenchRow } from './report.js';
@@ -24,7 +25,7 @@ import { benchRetryTable } from './retry-table.js';
 import { benchStores } from './stores.js';
 import { benchTracing } from './tracing.js';
 
-const suites: Record<string, () => Promise<BenchRow[]>> = { core: benchCore, publish: benchPublish, stores: benchStores, replay: benchReplay, hop: benchHop, retry: benchRetryTable, metrics: benchMetrics, tracing: benchTracing, console: benchConsole };
+const suites: Record<string, () => Promise<BenchRow[]>> = { core: benchCore, publish: benchPublish, stores: benchStores, replay: benchReplay, hop: benchHop, retry: benchRetryTable, metrics: benchMetrics, tracing: benchTracing, console: benchConsole, pattern: benchPattern };
 const wanted = process.argv.slice(2).filter((a) => !a.startsWith('-'));
 for (const name of wanted) {
   if (!(name in suites)) {

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { InvalidOptionError } from '../errors.js';
 import { onTeardown } from '../../test/helpers.js';
+import { compilePattern } from '../park/pattern.js';
 import { harness } from '../store/testing/harness.js';
 import { fileActionLog, filterRecord, type ActionLog } from './index.js';
 
@@ -83,7 +84,7 @@ describe('action record in a file', () => {
 
 describe('filterRecord', () => {
   it('turns patterns and times into text', () => {
-    expect(filterRecord({ error: /carrier \d+/i, since: new Date('2026-03-01T00:00:00Z'), messageIds: ['a'], fingerprint: 'X: y' })).toEqual({
+    expect(filterRecord({ error: compilePattern('carrier \\d+', { ignoreCase: true }), since: new Date('2026-03-01T00:00:00Z'), messageIds: ['a'], fingerprint: 'X: y' })).toEqual({
       error: '/carrier \\d+/i',
       since: '2026-03-01T00:00:00.000Z',
       messageIds: ['a'],

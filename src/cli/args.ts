@@ -33,7 +33,7 @@ export const GLOBAL_FLAGS = {
 
 /** Flags that select parked messages. */
 export const FILTER_FLAGS = {
-  error: { type: 'string', label: '--error TEXT|/RE/', help: 'error message contains TEXT (any case), or matches /RE/flags' },
+  error: { type: 'string', label: '--error TEXT|/RE/', help: 'error message contains TEXT (any case), or matches /RE/ or /RE/i (a linear-time subset of regular expressions; see docs/cli.md)' },
   'error-class': { type: 'string', label: '--error-class NAME', help: 'error class is NAME, e.g. HttpError' },
   since: { type: 'string', label: '--since TIME', help: 'failed at or after TIME: 2026-03-01, 2026-03-01T12:00Z, or 30m / 2h / 7d ago' },
   until: { type: 'string', label: '--until TIME', help: 'failed before TIME (same forms)' },

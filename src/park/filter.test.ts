@@ -3,6 +3,7 @@ import { InvalidOptionError } from '../errors.js';
 import { HEADER } from '../headers.js';
 import { describeFilter, isEmptyFilter, matchesFilter, parseFilter, parsePattern, parseTime, routingKeyMatches } from './filter.js';
 import { toParkedMessage, type ParkedMessage } from './message.js';
+import { compilePattern, isTextPattern } from './pattern.js';
 
 function parked(headers: Record<string, unknown>, messageId = 'id-1', routingKey = 'billing.parked'): ParkedMessage {
   return toParkedMessage({ content: Buffer.from('{}'), fields: { routingKey, exchange: '' }, properties: { messageId, headers } }, 1);
@@ -34,10 +35,24 @@ describe('parseTime', () => {
 });
 
 describe('parsePattern', () => {
-  it('reads /pattern/flags as a regular expression and anything else as text', () => {
-    expect(parsePattern('/carrier \\d+/i', '--error')).toEqual(/carrier \d+/i);
+  it('reads /pattern/ and /pattern/i as a linear-time pattern and anything else as text, each bounded', () => {
+    const p = parsePattern('/carrier \\d+/i', '--error');
+    expect(isTextPattern(p)).toBe(true);
+    expect(String(p)).toBe('/carrier \\d+/i');
     expect(parsePattern('carrier 503', '--error')).toBe('carrier 503');
-    expect(() => parsePattern('/carrier (/', '--error')).toThrow(/`--error`.*not a valid regular expression/);
+    expect(() => parsePattern('/carrier (/', '--error')).toThrow(/`--error`.*a \( without its \)/);
+    expect(() => parsePattern('x'.repeat(257), '--error')).toThrow(/`--error`: the text is 257 characters long, more than 256/);
+  });
+  it('refuses what a backtracking engine needs, naming it: no RegExp is ever built from the text', () => {
+    expect(() => parsePattern('/(a)\\1/', '--error')).toThrow(/`--error`.*back-reference \\1/);
+    expect(() => parsePattern('/(?<=x)y/', '--error')).toThrow(/`--error`.*lookbehind/);
+    expect(() => parsePattern('/x/g', '--error')).toThrow(/`--error`.*flag g/);
+  });
+  it('a pathological pattern over a long error message ends, in steps linear in the text', () => {
+    const long = parked({ [HEADER.errorMessage]: `${'a'.repeat(1999)}!` });
+    const p = parsePattern('/^(a+)+$/', '--error');
+    expect(matchesFilter(long, { error: p })).toBe(false);
+    expect(matchesFilter(parked({ [HEADER.errorMessage]: 'order 4242 has no customer' }), { error: parsePattern('/^(.+)+X$/', '--error') })).toBe(false);
   });
 });
 
@@ -108,7 +123,9 @@ describe('matchesFilter', () => {
     expect(matchesFilter(msg, {})).toBe(true);
     expect(matchesFilter(msg, { error: 'carrier 503' })).toBe(true);
     expect(matchesFilter(msg, { error: 'refused' })).toBe(false);
-    expect(matchesFilter(msg, { error: /order \d+$/ })).toBe(true);
+    expect(matchesFilter(msg, { error: compilePattern('order \\d+$') })).toBe(true);
+    expect(matchesFilter(msg, { error: compilePattern('carrier') })).toBe(false);
+    expect(matchesFilter(msg, { error: compilePattern('carrier', { ignoreCase: true }) })).toBe(true);
     expect(matchesFilter(msg, { errorClass: 'httperror' })).toBe(true);
     expect(matchesFilter(msg, { errorClass: 'TimeoutError' })).toBe(false);
     expect(matchesFilter(msg, { since: new Date('2026-03-01T10:00:00Z'), until: new Date('2026-03-01T11:30:00Z') })).toBe(true);
@@ -120,9 +137,12 @@ describe('matchesFilter', () => {
     expect(matchesFilter(msg, { routingKey: 'order.*' })).toBe(false);
     expect(matchesFilter(msg, { errorClass: 'HttpError', error: 'refused' })).toBe(false);
   });
-  it('a global regular expression matches every message, not every other one', () => {
-    const re = /carrier/gi;
-    expect([1, 2, 3].map(() => matchesFilter(msg, { error: re }))).toEqual([true, true, true]);
+  it('a pattern matches every message, not every other one', () => {
+    const p = compilePattern('carrier', { ignoreCase: true });
+    expect([1, 2, 3].map(() => matchesFilter(msg, { error: p }))).toEqual([true, true, true]);
+  });
+  it('refuses a RegExp passed where a pattern belongs, rather than run it', () => {
+    expect(() => matchesFilter(msg, { error: /(a+)+$/ as never })).toThrow(/`error`: is the RegExp \/\(a\+\)\+\$\/, not text or a compiled pattern.*compilePattern/);
   });
   it('a time filter leaves out messages without a failure time', () => {
     expect(matchesFilter(parked({}), { since: new Date(0) })).toBe(false);
@@ -133,7 +153,8 @@ describe('parseFilter', () => {
   it('builds a filter from text, naming the flag that is wrong', () => {
     const names = { error: '--error', errorClass: '--error-class', since: '--since', until: '--until', messageIds: '--id', routingKey: '--routing-key' };
     const f = parseFilter({ error: '/x/', since: '2h', until: '1h', messageIds: ['a,b', 'c'], routingKey: 'order.*', errorClass: ' HttpError ' }, now, names);
-    expect(f).toEqual({ error: /x/, since: new Date('2026-03-01T10:00:00Z'), until: new Date('2026-03-01T11:00:00Z'), messageIds: ['a', 'b', 'c'], routingKey: 'order.*', errorClass: 'HttpError' });
+    expect(String(f.error)).toBe('/x/');
+    expect({ ...f, error: undefined }).toEqual({ error: undefined, since: new Date('2026-03-01T10:00:00Z'), until: new Date('2026-03-01T11:00:00Z'), messageIds: ['a', 'b', 'c'], routingKey: 'order.*', errorClass: 'HttpError' });
     expect(() => parseFilter({ since: '1h', until: '2h' }, now, names)).toThrow(/`--since`.*is not before --until/);
     expect(() => parseFilter({ messageIds: [','] }, now, names)).toThrow(/`--id`/);
     expect(() => parseFilter({ error: '' }, now, names)).toThrow(/`--error`/);
@@ -142,6 +163,6 @@ describe('parseFilter', () => {
   });
   it('describes itself in words', () => {
     expect(describeFilter({})).toBe('any message');
-    expect(describeFilter({ errorClass: 'HttpError', error: /x/i })).toBe('error matches /x/i, error class HttpError');
+    expect(describeFilter({ errorClass: 'HttpError', error: compilePattern('x', { ignoreCase: true }) })).toBe('error matches /x/i, error class HttpError');
   });
 });

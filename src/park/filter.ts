@@ -1,16 +1,21 @@
 import { InvalidOptionError } from '../errors.js';
 import type { ParkedMessage } from './message.js';
+import { isTextPattern, MAX_PATTERN_LENGTH, parsePatternLiteral, type TextPattern } from './pattern.js';
 
 /**
  * Which parked messages an operation applies to. Every field that is set must match;
  * an empty filter matches everything.
  *
  * @example
- * const filter = parseFilter({ error: '/carrier \\d+/', since: '2h' });
+ * const filter = parseFilter({ error: '/carrier \\d+/i', since: '2h' });
  */
 export interface ParkedFilter {
-  /** Error message contains this text (case-insensitive), or matches this pattern. */
-  readonly error?: string | RegExp;
+  /**
+   * Error message contains this text (case-insensitive), or matches this pattern: a
+   * {@link TextPattern} from `compilePattern` or `parsePatternLiteral`, matched in linear
+   * time (never a `RegExp`, whose backtracking one pattern could make take hours).
+   */
+  readonly error?: string | TextPattern;
   /** Error class equals this name (case-insensitive), e.g. `HttpError`. */
   readonly errorClass?: string;
   /** Failed at or after this time (the last failure, else the park time). */
@@ -69,9 +74,10 @@ export function matchesFilter(m: ParkedMessage, f: ParkedFilter): boolean {
     const text = m.errorMessage ?? '';
     if (typeof f.error === 'string') {
       if (!text.toLowerCase().includes(f.error.toLowerCase())) return false;
-    } else {
-      f.error.lastIndex = 0;
+    } else if (isTextPattern(f.error)) {
       if (!f.error.test(text)) return false;
+    } else {
+      throw new InvalidOptionError('error', `is ${(f.error as unknown) instanceof RegExp ? `the RegExp ${String(f.error)}` : 'an object'}, not text or a compiled pattern`, 'Pass text, or compilePattern(source) / parsePatternLiteral("/source/i"): a RegExp can take exponential time on one error message.');
     }
   }
   if (f.since !== undefined || f.until !== undefined) {
@@ -106,17 +112,16 @@ export function parseTime(value: string, option: string, now: Date = new Date())
 }
 
 /**
- * Reads an error-text filter: `/pattern/flags` is a regular expression, anything else
- * plain text matched case-insensitively. Throws naming `option` on a bad pattern.
+ * Reads an error-text filter: `/pattern/` or `/pattern/i` is a pattern of the linear-time
+ * subset described in `park/pattern.ts` (and docs/console.md, "Security"), anything else
+ * plain text matched case-insensitively. Either is at most {@link MAX_PATTERN_LENGTH}
+ * characters. Throws {@link InvalidOptionError} naming `option` and what is not supported.
  */
-export function parsePattern(value: string, option: string): string | RegExp {
-  const m = /^\/(.*)\/([a-z]*)$/s.exec(value);
-  if (!m) return value;
-  try {
-    return new RegExp(m[1] as string, m[2]);
-  } catch (error) {
-    throw new InvalidOptionError(option, `${JSON.stringify(value)} is not a valid regular expression (${error instanceof Error ? error.message : String(error)})`);
-  }
+export function parsePattern(value: string, option: string): string | TextPattern {
+  const pattern = parsePatternLiteral(value, option);
+  if (pattern) return pattern;
+  if (value.length > MAX_PATTERN_LENGTH) throw new InvalidOptionError(option, `the text is ${value.length} characters long, more than ${MAX_PATTERN_LENGTH}`, 'Match a shorter, distinctive part of the error text.');
+  return value;
 }
 
 /** Filter criteria as text, e.g. from command-line flags. */

@@ -20,6 +20,7 @@ export {
   type RawMessage,
 } from './message.js';
 export { parkedIdentity } from './identity.js';
+export { compilePattern, isTextPattern, matchSteps, parsePatternLiteral, postgresRegex, MAX_MATCHED_TEXT, MAX_PATTERN_LENGTH, MAX_PATTERN_PROGRAM, MAX_PATTERN_REPEAT, type PatternOptions, type TextPattern } from './pattern.js';
 export { walkParked, type MoveFailure, type MoveTarget, type StopReason, type Verdict, type WalkOptions, type WalkResult } from './reader.js';
 export {
   browseParked,
