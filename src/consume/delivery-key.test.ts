@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { hash53 } from './consumer.js';
+import { hash53 } from './delivery.js';
 
 describe('hash53 (the key a delivery is known by across redeliveries)', () => {
   it('is seeded per process: a pair of ids that clashed under a fixed seed does not clash here', () => {
