@@ -1,4 +1,3 @@
-import type * as amqp from 'amqplib';
 import type { Logger } from '../logger.js';
 import type { RetryTablePolicy } from '../retry-table/wait.js';
 import type { Classifier } from './classify.js';
@@ -26,25 +25,7 @@ export interface IdempotencyGuard<Tx> {
   run(messageId: string, consumer: string, work: (tx: Tx) => Promise<void>, signal?: AbortSignal): Promise<'done' | 'duplicate'>;
 }
 
-/** What a handler gets beside the payload. */
-export interface MessageContext<Tx = undefined> {
-  /** The producer's message id (or the one `messageIdFrom` found); the same across retries and replays. */
-  readonly messageId: string | undefined;
-  /** The routing key the message was first published with. */
-  readonly routingKey: string;
-  readonly headers: Readonly<Record<string, unknown>>;
-  /** This run's number, 1 on the first delivery. */
-  readonly attempt: number;
-  /** Aborted when the handler times out or the consumer is closed past its deadline. */
-  readonly signal: AbortSignal;
-  /** The idempotency guard's transaction (the backend's own handle), when one is set. */
-  readonly tx: Tx;
-  /** The delivery as amqplib gave it. */
-  readonly raw: amqp.ConsumeMessage;
-}
-
-/** A message handler: resolve to ack, throw to retry or park. */
-export type Handler<T, Tx = undefined> = (payload: T, context: MessageContext<Tx>) => unknown;
+export type { Handler, MessageContext } from './context.js';
 
 /** Options of one consumer. */
 export interface ConsumerOptions<T = unknown, Tx = undefined> {

@@ -1,7 +1,16 @@
 import { EventEmitter } from 'node:events';
 import { InvalidOptionError } from '../errors.js';
 import { toLogger, type Logger } from '../logger.js';
-import type { RetryTable } from './index.js';
+import type { ChangeOptions, ResumeOptions, RetryFilter, RetryHold } from './types.js';
+
+/** What a health monitor needs of its retry table (`store.retryTable` is one). */
+export interface HealthHost {
+  readonly logger: Logger;
+  nameDependency(dependency: string): void;
+  holds(): Promise<RetryHold[]>;
+  pause(filter: RetryFilter, options?: ChangeOptions): Promise<number>;
+  resume(filter: RetryFilter, options?: ResumeOptions): Promise<number>;
+}
 
 /**
  * A health check: a function that resolves (anything but `false`) when the dependency
@@ -122,7 +131,7 @@ export class HealthMonitor extends EventEmitter {
   private synced = false;
 
   constructor(
-    private readonly table: RetryTable,
+    private readonly table: HealthHost,
     checks: HealthChecks,
     options: HealthMonitorOptions = {},
   ) {

@@ -12,15 +12,16 @@ import { HEADER } from '../headers.js';
 import { toLogger, type Logger } from '../logger.js';
 import type { OutboxRelay, OutboxRelayOptions } from '../store/outbox-relay.js';
 import { checkFilter } from './filter.js';
-import { HealthMonitor, type HealthChecks, type HealthMonitorOptions } from './health.js';
-import { RetryScheduler, type RetrySchedulerOptions } from './scheduler.js';
-import type { RetryAuditEntry, RetryFilter, RetryHold, RetryRow, RetryRowInput, RetrySignals, RetryTableDriver } from './types.js';
+import { HealthMonitor, type HealthChecks, type HealthHost, type HealthMonitorOptions } from './health.js';
+import { RetryScheduler, type RetrySchedulerOptions, type SchedulerHost } from './scheduler.js';
+import type { RetryTableSink } from './wait.js';
+import type { ChangeOptions, ListOptions, ResumeOptions, RetryAuditEntry, RetryFilter, RetryHold, RetryRow, RetryRowInput, RetrySignals, RetryTableDriver } from './types.js';
 
 export * from './types.js';
 export { checkFilter } from './filter.js';
-export { WaitForConditionError, isWaitForCondition, decideWait, DEFAULT_WAIT_MS, DEFAULT_WAIT_ATTEMPTS, type WaitOptions, type WaitRule, type RetryTablePolicy, type WaitDecision, type ErrorClass } from './wait.js';
-export { RetryScheduler, type RetrySchedulerOptions, type SchedulerStats } from './scheduler.js';
-export { HealthMonitor, type HealthCheck, type HealthChecks, type HealthMonitorOptions, type HealthState, type HealthStats } from './health.js';
+export { WaitForConditionError, isWaitForCondition, decideWait, DEFAULT_WAIT_MS, DEFAULT_WAIT_ATTEMPTS, type WaitOptions, type WaitRule, type RetryTablePolicy, type RetryTableSink, type WaitDecision, type ErrorClass } from './wait.js';
+export { RetryScheduler, type RetrySchedulerOptions, type SchedulerHost, type SchedulerStats } from './scheduler.js';
+export { HealthMonitor, type HealthCheck, type HealthChecks, type HealthHost, type HealthMonitorOptions, type HealthState, type HealthStats } from './health.js';
 
 /** A dependency no row, hold, rule or health check names: probably a typo. */
 export class UnknownDependencyError extends WarrenError {
@@ -34,40 +35,6 @@ export class UnknownDependencyError extends WarrenError {
     this.dependency = dependency;
     this.known = known;
   }
-}
-
-/** Options of every change (pause, resume, schedule, park). */
-export interface ChangeOptions {
-  /**
-   * Who makes the change, for the audit.
-   * @default `<os user>@<host>`
-   */
-  actor?: string;
-  /** Accept a dependency that nothing names yet (a pause ahead of the first failure). */
-  allowUnknown?: boolean;
-}
-
-/** Options of {@link RetryTable.resume}. */
-export interface ResumeOptions extends ChangeOptions {
-  /**
-   * Also set the rows' next attempt to now (rows with none, or a later one, become due).
-   * @default false
-   */
-  dueNow?: boolean;
-  /**
-   * Lift only the pauses `actor` made (a health check uses this, so it never lifts an
-   * operator's pause); rows another pause still covers stay paused either way.
-   * @default false
-   */
-  ownPausesOnly?: boolean;
-}
-
-/** Options of {@link RetryTable.list}. */
-export interface ListOptions {
-  /** @default 100 */
-  limit?: number;
-  /** @default 0 */
-  offset?: number;
 }
 
 /** What a store gives its retry table. */
@@ -107,7 +74,7 @@ function checkActor(actor: unknown): string {
  * await store.retryTable.resume({ dependency: 'carrier' }, { dueNow: true });
  * console.log(await store.retryTable.signals());
  */
-export class RetryTable extends EventEmitter {
+export class RetryTable extends EventEmitter implements RetryTableSink, HealthHost, SchedulerHost {
   readonly backend: RetryTableDriver['backend'];
   private readonly driver: RetryTableDriver;
   private readonly makeRelay: RetryTableDeps['relay'];

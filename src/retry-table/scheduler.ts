@@ -4,7 +4,6 @@ import { InvalidOptionError } from '../errors.js';
 import { toLogger, type Logger } from '../logger.js';
 import type { OutboxPublisher, OutboxRelay, OutboxRelayOptions } from '../store/outbox-relay.js';
 import type { HealthChecks, HealthMonitor, HealthMonitorOptions } from './health.js';
-import type { RetryTable } from './index.js';
 import type { DrainResult, RetryTableDriver } from './types.js';
 import { Sleeper } from '../sleeper.js';
 
@@ -75,6 +74,15 @@ function positiveInt(value: number | undefined, fallback: number, option: string
   return v;
 }
 
+/** What a scheduler needs of its retry table (`store.retryTable` is one). */
+export interface SchedulerHost {
+  readonly logger: Logger;
+  relay(options: OutboxRelayOptions): OutboxRelay;
+  health(checks: HealthChecks, options?: HealthMonitorOptions): HealthMonitor;
+  on(event: 'changed', listener: (change: { action: string; rows: number }) => void): unknown;
+  off(event: 'changed', listener: (change: { action: string; rows: number }) => void): unknown;
+}
+
 /**
  * Sends due, unpaused rows back to their consumer's queue, oldest next attempt first,
  * through the outbox: each pass moves a batch from the table into the outbox in one
@@ -117,7 +125,7 @@ export class RetryScheduler extends EventEmitter {
   };
 
   constructor(
-    private readonly table: RetryTable,
+    private readonly table: SchedulerHost,
     private readonly driver: RetryTableDriver,
     options: RetrySchedulerOptions,
   ) {

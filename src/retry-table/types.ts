@@ -3,7 +3,7 @@
  * filters operators select them with, holds (pauses that also catch rows added later),
  * audit entries and signals. Backends implement {@link RetryTableDriver}.
  */
-import type { StoreBackend } from '../store/index.js';
+import type { StoreBackend } from '../store/types.js';
 
 /** What a consumer stores when a handler asks to wait. */
 export interface RetryRowInput {
@@ -173,4 +173,38 @@ export interface RetryTableDriver {
   signals(): Promise<RetrySignals>;
   /** The last `limit` changes to the table, newest first. */
   history(limit: number): Promise<RetryAuditEntry[]>;
+}
+
+/** Options of every change (pause, resume, schedule, park). */
+export interface ChangeOptions {
+  /**
+   * Who makes the change, for the audit.
+   * @default `<os user>@<host>`
+   */
+  actor?: string;
+  /** Accept a dependency that nothing names yet (a pause ahead of the first failure). */
+  allowUnknown?: boolean;
+}
+
+/** Options of `RetryTable.resume`. */
+export interface ResumeOptions extends ChangeOptions {
+  /**
+   * Also set the rows' next attempt to now (rows with none, or a later one, become due).
+   * @default false
+   */
+  dueNow?: boolean;
+  /**
+   * Lift only the pauses `actor` made (a health check uses this, so it never lifts an
+   * operator's pause); rows another pause still covers stay paused either way.
+   * @default false
+   */
+  ownPausesOnly?: boolean;
+}
+
+/** Options of `RetryTable.list`. */
+export interface ListOptions {
+  /** @default 100 */
+  limit?: number;
+  /** @default 0 */
+  offset?: number;
 }

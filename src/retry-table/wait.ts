@@ -4,8 +4,16 @@
  * dependency; the message becomes a retry-table row. Deciding where it waits is pure.
  */
 import { InvalidOptionError, WarrenError } from '../errors.js';
-import type { MessageContext } from '../consume/types.js';
-import type { RetryTable } from './index.js';
+import type { MessageContext } from '../consume/context.js';
+import type { RetryRowInput } from './types.js';
+
+/** Where a consumer stores the messages that wait: `store.retryTable`. */
+export interface RetryTableSink {
+  /** Stores one waiting message; its id, and whether a pause in force already covers it. */
+  insert(row: RetryRowInput): Promise<{ readonly id: string; readonly paused: boolean }>;
+  /** Makes a dependency known, so that pausing it is no typo. */
+  nameDependency(dependency: string): void;
+}
 
 /** How long a row waits when neither the error nor the rule says. */
 export const DEFAULT_WAIT_MS = 60_000;
@@ -88,7 +96,7 @@ export interface WaitRule<T = unknown> {
 /** A consumer's `retryTable` option: where waiting messages go, and which errors wait. */
 export interface RetryTablePolicy<T = unknown> {
   /** The table: `store.retryTable`. */
-  readonly table: RetryTable;
+  readonly table: RetryTableSink;
   /** Errors sent to the table besides {@link WaitForConditionError}; the first that matches wins. */
   readonly rules?: readonly WaitRule<T>[];
   /**

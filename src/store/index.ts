@@ -7,105 +7,15 @@ import type { ActionLog } from '../audit/entry.js';
 import type { IdempotencyGuard } from '../consume/types.js';
 // eslint-disable-next-line @typescript-eslint/no-unused-vars -- for the {@link}s in doc comments below, which TypeDoc and editors resolve through imports
 import type { StoreSchemaError, StoreUnavailableError } from '../errors.js';
-import type { Logger } from '../logger.js';
 import type { PublishOptions } from '../publish/publisher.js';
 import type { RetryTable } from '../retry-table/index.js';
 import type { OutboxRelay, OutboxRelayOptions } from './outbox-relay.js';
+import type { GuardStats, MigrationReport, OutboxFailure, OutboxLag, OutboxReceipt, PruneOptions, PruneResult, StoreBackend, StoreTables } from './types.js';
 
+export * from './types.js';
 export { OutboxRelay, type OutboxRelayOptions, type OutboxPublisher, type RelayPass, type RelayStats } from './outbox-relay.js';
 export { StoreBusyError, TransactionClosedError } from './transaction.js';
 export { outboxRecord, outgoingMessage, type OutboxRecord, type OutboxRow, type RelaySource } from './outbox-message.js';
-
-/** Which database a store keeps its tables in. */
-export type StoreBackend = 'sqlite' | 'postgres';
-
-/** Options every store takes, whatever its backend. */
-export interface StoreOptions {
-  /**
-   * Prefix of warren's table names: `<prefix>processed` (idempotency markers),
-   * `<prefix>outbox`, `<prefix>retry`, `<prefix>retry_holds`, `<prefix>retry_audit`,
-   * `<prefix>actions` and `<prefix>migrations`. Letters, digits and `_`, starting with a
-   * letter or `_`, at most 40 characters.
-   * @default 'warren_'
-   */
-  tablePrefix?: string;
-  /**
-   * Apply pending migrations the first time the store is used. When false, the first use
-   * checks the schema instead and throws {@link StoreSchemaError} if it is behind: run
-   * `store.migrate()` yourself, e.g. in a deploy step.
-   * @default true
-   */
-  migrate?: boolean;
-  /**
-   * How long idempotency markers and sent outbox rows are kept. Keep it longer than the
-   * longest time a message can spend in retries, in the retry table and in the parked
-   * queue before a replay, or a late copy runs its handler again.
-   * @default 604800000 (7 days)
-   */
-  retentionMs?: number;
-  /**
-   * How long the retry table's history (who paused, resumed, parked what) is kept.
-   * @default 7776000000 (90 days)
-   */
-  auditRetentionMs?: number;
-  /**
-   * How often the store prunes old markers, sent outbox rows and retry-table history in the background,
-   * from the first use on; 0 turns the schedule off (call `store.prune()` yourself).
-   * @default 3600000 (1 hour)
-   */
-  pruneIntervalMs?: number;
-  /**
-   * Rows deleted per statement when pruning; each batch is its own short transaction.
-   * @default 500
-   */
-  pruneBatchSize?: number;
-  /** @default a logger that drops everything */
-  logger?: Logger;
-}
-
-/** warren's tables in this store, as quoted, qualified SQL identifiers. */
-export interface StoreTables {
-  /** Idempotency markers: `(message_id, consumer)` unique, with `processed_at`. */
-  readonly processed: string;
-  /** Outbox rows waiting for (or done with) the relay. */
-  readonly outbox: string;
-  /** Applied schema versions. */
-  readonly migrations: string;
-  /** Retry-table rows: messages waiting for a condition or a person. */
-  readonly retry: string;
-  /** Pauses in force by consumer, dependency, tenant or error class. */
-  readonly retryHolds: string;
-  /** Changes made to the retry table: who, when, what, how many rows. */
-  readonly retryAudit: string;
-  /** Operators' actions (replays, purges, releases…): see `src/audit`. */
-  readonly actions: string;
-}
-
-/** What {@link Store.migrate} did. */
-export interface MigrationReport {
-  /** Versions applied by this call, oldest first; empty when the schema was current. */
-  readonly applied: readonly number[];
-  /** The schema version after the call. */
-  readonly version: number;
-}
-
-/** Counters of one idempotency guard. */
-export interface GuardStats {
-  /** Handlers that ran and committed with their marker. */
-  done: number;
-  /** Deliveries whose marker existed: the handler did not run. */
-  duplicate: number;
-  /** Handlers that threw: their writes and marker were rolled back. */
-  failed: number;
-  /** Runs refused because the database could not be reached. */
-  unavailable: number;
-  /**
-   * Runs held back because the database was busy: another delivery of the same message
-   * still ran (its marker is taken), or the store's connection stayed busy too long. The
-   * consumer tries them again without counting an attempt.
-   */
-  busy: number;
-}
 
 /** The guard a store gives to `warren.consume(name, handler, { idempotency })`. */
 export interface StoreGuard<Tx> extends IdempotencyGuard<Tx> {
@@ -115,41 +25,6 @@ export interface StoreGuard<Tx> extends IdempotencyGuard<Tx> {
 
 /** Options of {@link Outbox.add}: the same as `Publisher.publish`'s. */
 export type OutboxAddOptions = PublishOptions;
-
-/** What {@link Outbox.add} returns. */
-export interface OutboxReceipt {
-  /** The message id the row will be published with. */
-  readonly messageId: string;
-  /** The row's id (insertion order), as a string because it is a 64-bit integer. */
-  readonly id: string;
-}
-
-/** How far the relay is behind. */
-export interface OutboxLag {
-  /** Rows waiting to be published (not sent, not flagged). */
-  readonly pending: number;
-  /** Age of the oldest pending row in milliseconds; 0 when none is pending. */
-  readonly oldestPendingAgeMs: number;
-  /** Rows flagged as unpublishable (unroutable); they wait for a person. */
-  readonly failed: number;
-}
-
-/** An outbox row the relay flagged instead of retrying forever. */
-export interface OutboxFailure {
-  readonly id: string;
-  readonly messageId: string;
-  /** `null`: the relay's exchange. */
-  readonly exchange: string | null;
-  readonly routingKey: string;
-  /** Why, e.g. the broker's `312 NO_ROUTE` with the exchange and key. */
-  readonly error: string;
-  readonly failedAt: Date;
-  readonly attempts: number;
-  /** The AMQP headers the row will be published with. */
-  readonly headers: Record<string, unknown>;
-  /** The body as stored (JSON text). */
-  readonly body: string;
-}
 
 /**
  * The transactional outbox: publish from inside your own transaction. The row commits or
@@ -176,28 +51,6 @@ export interface Outbox<Tx> {
    * e.g. after the missing binding was added. Returns how many were released.
    */
   release(ids?: readonly string[]): Promise<number>;
-}
-
-/** Options of {@link Store.prune}. */
-export interface PruneOptions {
-  /** Markers and sent outbox rows older than this go. @default the store's `retentionMs` */
-  olderThanMs?: number;
-  /** Retry-table history older than this goes. @default the store's `auditRetentionMs` */
-  auditOlderThanMs?: number;
-  /** @default the store's `pruneBatchSize` */
-  batchSize?: number;
-}
-
-/** What one prune removed. */
-export interface PruneResult {
-  /** Idempotency markers deleted. */
-  readonly markers: number;
-  /** Sent outbox rows deleted. */
-  readonly outbox: number;
-  /** Retry-table history entries deleted. */
-  readonly audit: number;
-  /** DELETE statements run (each a short transaction of at most `batchSize` rows). */
-  readonly batches: number;
 }
 
 /**

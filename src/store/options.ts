@@ -1,6 +1,6 @@
 import { InvalidOptionError } from '../errors.js';
 import { toLogger, type Logger } from '../logger.js';
-import type { StoreOptions } from './index.js';
+import type { StoreOptions } from './types.js';
 
 /** Defaults of {@link StoreOptions}, in one place. */
 export const STORE_DEFAULTS = {

@@ -2,13 +2,9 @@ import type * as amqp from 'amqplib';
 import { InvalidOptionError } from '../errors.js';
 import type { OutgoingMessage } from '../publish/publisher.js';
 import { stampMessage, type PublishOptions } from '../publish/stamp.js';
+import type { RelaySource } from './relay-source.js';
 
-/**
- * Where a relayed message came from: a row an application added (`outbox`), a
- * retry-table row sent back to its queue (`retry-table`), or a retry-table row an
- * operator parked, on its way to the parked queue (`retry-table-park`).
- */
-export type RelaySource = 'outbox' | 'retry-table' | 'retry-table-park';
+export type { RelaySource };
 
 /** The AMQP properties kept in an outbox row (the message id has its own column). */
 interface StoredProperties {

@@ -4,7 +4,7 @@ import { InvalidOptionError, WarrenError } from '../errors.js';
 import { backoffDelay } from '../connection/index.js';
 import { toLogger, type Logger } from '../logger.js';
 import type { OutgoingMessage } from '../publish/publisher.js';
-import type { OutboxLag, StoreBackend } from './index.js';
+import type { OutboxLag, StoreBackend } from './types.js';
 import { outgoingMessage, type OutboxRow } from './outbox-message.js';
 import { checkInt } from './options.js';
 import { Sleeper } from '../sleeper.js';

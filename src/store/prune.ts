@@ -1,5 +1,5 @@
 import type { Logger } from '../logger.js';
-import type { PruneOptions, PruneResult } from './index.js';
+import type { PruneOptions, PruneResult } from './types.js';
 import { checkInt, type ResolvedStoreOptions } from './options.js';
 
 /** Which of warren's tables a prune batch deletes from. */

@@ -24,8 +24,7 @@
 import { createRequire } from 'node:module';
 import type * as Otel from '@opentelemetry/api';
 import { HEADER } from '../headers.js';
-// Defined beside the outbox row: the main entry's types must not need the tracing API.
-import type { RelaySource } from '../store/outbox-message.js';
+import type { RelaySource } from '../store/relay-source.js';
 
 /** Header names warren writes for tracing (none starts with `x-`). */
 export const TRACE_HEADER = {
