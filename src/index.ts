@@ -41,4 +41,5 @@ export * from './audit/index.js';
 export * from './store/index.js';
 export * from './status/index.js';
 export * from './retry-table/index.js';
+export * from './archive/index.js';
 export { healthOf, healthHandler, healthFetchHandler, healthReport, healthSource, storeHealth, relayHealth, schedulerHealth, type HealthReport, type HealthReason, type HealthSource, type HealthInput, type CheckableStore, type CheckOptions, type RelayHealthOptions, type HealthHandlerOptions } from './health/index.js';

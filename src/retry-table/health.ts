@@ -6,9 +6,13 @@ import type { ChangeOptions, ResumeOptions, RetryFilter, RetryHold } from './typ
 /** What a health monitor needs of its retry table (`store.retryTable` is one). */
 export interface HealthHost {
   readonly logger: Logger;
+  /** Makes a checked dependency known, so pausing it is no typo. */
   nameDependency(dependency: string): void;
+  /** The pauses in force. */
   holds(): Promise<RetryHold[]>;
+  /** Pauses matching rows (and later ones); how many rows it paused. */
   pause(filter: RetryFilter, options?: ChangeOptions): Promise<number>;
+  /** Lifts pauses; how many rows it resumed. */
   resume(filter: RetryFilter, options?: ResumeOptions): Promise<number>;
 }
 

@@ -77,9 +77,13 @@ function positiveInt(value: number | undefined, fallback: number, option: string
 /** What a scheduler needs of its retry table (`store.retryTable` is one). */
 export interface SchedulerHost {
   readonly logger: Logger;
+  /** A relay for the store's outbox, which publishes what the scheduler moves. */
   relay(options: OutboxRelayOptions): OutboxRelay;
+  /** Health checks that pause and resume dependencies. */
   health(checks: HealthChecks, options?: HealthMonitorOptions): HealthMonitor;
+  /** Listens for changes made in this process (a resume wakes the scheduler). */
   on(event: 'changed', listener: (change: { action: string; rows: number }) => void): unknown;
+  /** Stops listening. */
   off(event: 'changed', listener: (change: { action: string; rows: number }) => void): unknown;
 }
 

@@ -13,6 +13,7 @@ import type { OutboxRelay, OutboxRelayOptions } from './outbox-relay.js';
 import type { GuardStats, MigrationReport, OutboxFailure, OutboxLag, OutboxReceipt, PruneOptions, PruneResult, StoreBackend, StoreTables } from './types.js';
 
 export * from './types.js';
+export * from './archive.js';
 export { OutboxRelay, type OutboxRelayOptions, type OutboxPublisher, type RelayPass, type RelayStats } from './outbox-relay.js';
 export { StoreBusyError, TransactionClosedError } from './transaction.js';
 export { outboxRecord, outgoingMessage, type OutboxRecord, type OutboxRow, type RelaySource } from './outbox-message.js';
