@@ -6,6 +6,9 @@
 export { WarrenModule } from './module.js';
 export { WarrenConsumer, InjectWarren, InjectPublisher, WARREN_CONSUMER, type WarrenConsumerMetadata, type ConsumerMethodDecorator } from './decorators.js';
 export { WARREN_MODULE_OPTIONS } from './lifecycle.js';
+export { WARREN_MODULE_ROUTES } from './module.js';
+export { WARREN_SERVICE } from './http.js';
 export { ConsumerHandlerError } from './errors.js';
 export { nestLogger } from './logger.js';
-export type { WarrenModuleOptions, WarrenModuleAsyncOptions, WarrenModuleExtras, GuardSource } from './options.js';
+export type { WarrenModuleOptions, WarrenModuleAsyncOptions, WarrenModuleExtras, WarrenModuleRoutes, GuardSource } from './options.js';
+export type { WarrenService } from '../service/index.js';

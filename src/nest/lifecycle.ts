@@ -1,7 +1,9 @@
 import { Inject, Injectable, type BeforeApplicationShutdown, type OnApplicationBootstrap, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import type { ConsumerOptions, Handler } from '../consume/types.js';
+import type { WarrenService } from '../service/index.js';
 import { Warren } from '../warren.js';
+import { WARREN_SERVICE } from './http.js';
 import { findHandlers, matchHandlers, type FoundHandler } from './handlers.js';
 import type { WarrenModuleOptions } from './options.js';
 
@@ -15,12 +17,15 @@ export const WARREN_MODULE_OPTIONS = Symbol('WARREN_MODULE_OPTIONS');
  *   needed for that), then connects and declares the topology, so providers can publish
  *   from their own `onApplicationBootstrap`;
  * - `onApplicationBootstrap`: starts a consumer per handler, once every provider's
- *   `onModuleInit` has run (a database a handler uses is connected by then);
+ *   `onModuleInit` has run (a database a handler uses is connected by then), then the
+ *   outbox relay, the retry scheduler, the metrics and the console the options ask for;
  * - `beforeApplicationShutdown`: drains the consumers: no new deliveries, never-started
  *   messages back in their queues, running handlers finished and acked (within each
- *   consumer's `shutdownTimeoutMs`); the publisher stays open for what the rest of the
- *   shutdown publishes (an HTTP request still being answered);
- * - `onApplicationShutdown`: closes the publisher and the connections.
+ *   consumer's `shutdownTimeoutMs`), then stops the scheduler and the relay; the
+ *   publisher stays open for what the rest of the shutdown publishes (an HTTP request
+ *   still being answered);
+ * - `onApplicationShutdown`: closes the console, the metrics, the publisher and the
+ *   connections, and the store last (`closeStore`).
  */
 @Injectable()
 export class WarrenLifecycle implements OnModuleInit, OnApplicationBootstrap, BeforeApplicationShutdown, OnApplicationShutdown {
@@ -31,6 +36,7 @@ export class WarrenLifecycle implements OnModuleInit, OnApplicationBootstrap, Be
     @Inject(Warren) private readonly warren: Warren,
     @Inject(DiscoveryService) private readonly discovery: DiscoveryService,
     @Inject(MetadataScanner) private readonly scanner: MetadataScanner,
+    @Inject(WARREN_SERVICE) private readonly service: WarrenService,
   ) {}
 
   async onModuleInit(): Promise<void> {
@@ -44,6 +50,7 @@ export class WarrenLifecycle implements OnModuleInit, OnApplicationBootstrap, Be
     for (const [name, found] of this.handlers) {
       await this.warren.consume(name, found.handler as Handler<unknown, unknown>, this.consumerOptions(name, found.options));
     }
+    await this.service.start();
   }
 
   /** Lowest first: the store's guard, `consumerDefaults`, the decorator's, `consumerOptions[name]`. */
@@ -58,10 +65,10 @@ export class WarrenLifecycle implements OnModuleInit, OnApplicationBootstrap, Be
   }
 
   async beforeApplicationShutdown(): Promise<void> {
-    await Promise.all(this.warren.listConsumers().map((c) => c.close()));
+    await this.service.drain();
   }
 
   async onApplicationShutdown(): Promise<void> {
-    await this.warren.close();
+    await this.service.close();
   }
 }

@@ -5,7 +5,12 @@ import { Publisher } from '../publish/publisher.js';
 import { Warren } from '../warren.js';
 import { WARREN_MODULE_OPTIONS, WarrenLifecycle } from './lifecycle.js';
 import { nestLogger } from './logger.js';
-import { checkModuleOptions, type WarrenModuleAsyncOptions, type WarrenModuleExtras, type WarrenModuleOptions } from './options.js';
+import { consoleController, metricsController, WARREN_SERVICE } from './http.js';
+import { checkModuleOptions, checkRoutes, type WarrenModuleAsyncOptions, type WarrenModuleExtras, type WarrenModuleOptions, type WarrenModuleRoutes } from './options.js';
+import { moduleService } from './service.js';
+
+/** Token of the module's `routes` (as declared). */
+export const WARREN_MODULE_ROUTES = Symbol('WARREN_MODULE_ROUTES');
 
 /**
  * warren in a Nest application: a `Warren` and its `Publisher` to inject, a consumer
@@ -25,8 +30,8 @@ import { checkModuleOptions, type WarrenModuleAsyncOptions, type WarrenModuleExt
 export class WarrenModule {
   /** The module with options known up front. Checks them now: a mistake fails where the module is declared. */
   static forRoot<Tx = unknown>(options: WarrenModuleOptions<Tx> & WarrenModuleExtras): DynamicModule {
-    const { isGlobal, ...rest } = options;
-    return build(isGlobal, [{ provide: WARREN_MODULE_OPTIONS, useValue: checkModuleOptions(rest) }], []);
+    const { isGlobal, routes, ...rest } = options;
+    return build(isGlobal, checkRoutes(routes), [{ provide: WARREN_MODULE_OPTIONS, useValue: checkModuleOptions(rest) }], []);
   }
 
   /** The module with options a factory makes, from injected providers (configuration, a store). */
@@ -40,17 +45,23 @@ export class WarrenModule {
       useFactory: async (...args: unknown[]) => checkModuleOptions(await factory(...args)),
       inject: options.inject ?? [],
     };
-    return build(options.isGlobal, [provider, ...(options.providers ?? [])], options.imports ?? []);
+    return build(options.isGlobal, checkRoutes(options.routes), [provider, ...(options.providers ?? [])], options.imports ?? []);
   }
 }
 
-function build(isGlobal: boolean | undefined, providers: Provider[], imports: NonNullable<ModuleMetadata['imports']>): DynamicModule {
+function build(isGlobal: boolean | undefined, routes: WarrenModuleRoutes | undefined, providers: Provider[], imports: NonNullable<ModuleMetadata['imports']>): DynamicModule {
   if (isGlobal !== undefined && typeof isGlobal !== 'boolean') throw new InvalidOptionError('isGlobal', 'expected true or false');
+  const controllers = [
+    ...(routes?.metrics === undefined ? [] : [metricsController(routes.metrics)]),
+    ...(routes?.console === undefined ? [] : [consoleController(routes.console, routes.consoleGuards ?? [])]),
+  ];
   return {
     module: WarrenModule,
     global: isGlobal ?? true,
     imports: [DiscoveryModule, ...imports],
+    controllers,
     providers: [
+      { provide: WARREN_MODULE_ROUTES, useValue: routes },
       ...providers,
       {
         provide: Warren,
@@ -58,8 +69,13 @@ function build(isGlobal: boolean | undefined, providers: Provider[], imports: No
         inject: [WARREN_MODULE_OPTIONS],
       },
       { provide: Publisher, useFactory: (warren: Warren) => warren.publisher, inject: [Warren] },
+      {
+        provide: WARREN_SERVICE,
+        useFactory: (options: WarrenModuleOptions<unknown>, warren: Warren, declared: WarrenModuleRoutes | undefined) => moduleService(options, warren, declared),
+        inject: [WARREN_MODULE_OPTIONS, Warren, WARREN_MODULE_ROUTES],
+      },
       WarrenLifecycle,
     ],
-    exports: [Warren, Publisher],
+    exports: [Warren, Publisher, WARREN_SERVICE],
   };
 }
