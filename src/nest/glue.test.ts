@@ -115,6 +115,24 @@ describe('WarrenModule runs warren\'s parts from its options', { timeout: 60_000
     await expect(store.transaction(() => undefined)).rejects.toThrow();
   });
 
+  it('a global prefix with the console excluded from it: the console where its links say, metrics under the prefix', async () => {
+    const t = topology();
+    const moduleRef = await Test.createTestingModule({
+      imports: [WarrenModule.forRoot({ url: AMQP_URL, topology: t, logger: silentLogger, console: { authorize: () => ({ user: 'local', role: 'viewer' }), management: false }, routes: { metrics: '/metrics', console: '/ops/warren' } })],
+      providers: [Billing],
+    }).compile();
+    const app = moduleRef.createNestApplication({ logger: false });
+    onTeardown(() => app.close());
+    app.setGlobalPrefix('api', { exclude: ['ops/warren', 'ops/warren/{*path}'] });
+    await app.listen(0, '127.0.0.1');
+    const base = (await app.getUrl()).replace('[::1]', '127.0.0.1');
+    const page = await fetch(`${base}/ops/warren/`);
+    expect(page.status).toBe(200);
+    expect(await page.text()).toContain('src="/ops/warren/assets/console.js"');
+    expect((await fetch(`${base}/ops/warren/assets/console.js`)).status).toBe(200);
+    expect((await fetch(`${base}/api/metrics`)).status).toBe(200);
+  });
+
   it('started without the broker: the application starts and readiness says why; metrics and probes answer', async () => {
     const t = topology();
     const { base } = await listen({ url: 'amqp://guest:guest@127.0.0.1:1', topology: t, logger: silentLogger, startWithoutBroker: true }, { metrics: '/metrics' });
