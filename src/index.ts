@@ -18,7 +18,7 @@ export {
 export { topologySpec, consumerQueues, type TopologySpec, type QueueSpec, type ExchangeSpec, type BindingSpec, type QueueArguments, type BrokerBinding } from './topology/plan.js';
 export { declareTopology, planTopology, verifyTopology, type TopologyPlan, type PlanEntry } from './topology/apply.js';
 export { BrokerConnection, backoffDelay, redactUrl, type BrokerNode, type ConnectionOptions, type ReadyHook, type TlsOptions } from './connection/index.js';
-export { Publisher, type PublisherOptions, type PublishReceipt, type OutgoingMessage } from './publish/publisher.js';
+export { Publisher, PUBLISH_KINDS, type PublisherOptions, type PublishReceipt, type OutgoingMessage, type PublishKind } from './publish/publisher.js';
 export { stampMessage, type PublishOptions, type StampedMessage } from './publish/stamp.js';
 export { uuidv7 } from './publish/message-id.js';
 export { Consumer } from './consume/consumer.js';

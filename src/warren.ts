@@ -66,9 +66,10 @@ export class Warren extends EventEmitter {
   /**
    * Consumers move messages (retry, park) on a confirm channel of their own, so an
    * application publish that makes the broker close its channel (an exchange that
-   * does not exist) never fails a move.
+   * does not exist) never fails a move. Read by the metrics, which count its publishes.
+   * @internal
    */
-  private readonly mover: Publisher;
+  readonly mover: Publisher;
   readonly topology: Topology;
   readonly logger: Logger;
   private readonly consumers: Array<Consumer<never, never>> = [];

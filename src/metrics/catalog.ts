@@ -32,8 +32,8 @@ export const METRICS = {
   attached: m('application', 'gauge', 'warren_consumer_attached', ['consumer'], '1 while the consumer is attached to its queue, 0 while it is not.'),
   cancellations: m('application', 'counter', 'warren_consumer_cancellations_total', ['consumer'], 'Times the broker cancelled the consumer (its queue was deleted, or it failed over).'),
   // --- from the application: publisher and connections ---------------------------------
-  publishes: m('application', 'counter', 'warren_publishes_total', ['outcome'], 'Publishes by outcome: confirmed, returned (unroutable), nacked, timed_out (no confirm in time), not_confirmed (the channel closed first), not_sent (never written: the connection was blocked, its socket full or no channel open until the deadline, or the publisher closed first).'),
-  confirmDuration: m('application', 'histogram', 'warren_publish_confirm_duration_seconds', [], 'Time from a publish to the broker\'s confirm, for confirmed publishes.'),
+  publishes: m('application', 'counter', 'warren_publishes_total', ['kind', 'outcome'], 'Every publish warren makes, by kind (publish: the application\'s; outbox, retry-table, retry-table-park: rows the relay sent; retry, park, put-back: a consumer\'s copies; replay) and outcome: confirmed, returned (unroutable), nacked, timed_out (no confirm in time), not_confirmed (the channel closed first), not_sent (never written: the connection was blocked, its socket full or no channel open until the deadline, or the publisher closed first).'),
+  confirmDuration: m('application', 'histogram', 'warren_publish_confirm_duration_seconds', ['kind'], 'Time from a publish to the broker\'s confirm, for confirmed publishes, by kind.'),
   reconnects: m('application', 'counter', 'warren_connection_reconnects_total', ['connection'], 'Connections made again after a loss (consume or publish connection).'),
   connectionUp: m('application', 'gauge', 'warren_connection_up', ['connection'], '1 while the connection is up and set up, 0 while it is not.'),
   // --- from the application's store: outbox and retry table ----------------------------
@@ -57,7 +57,7 @@ export const METRICS = {
   queueRedelivered: m('broker', 'counter', 'warren_queue_redelivered_total', ['consumer', 'role', 'queue'], 'Redeliveries from the queue, as the broker counts them (management API only); rate() gives the redelivery rate.'),
   queuePublished: m('broker', 'counter', 'warren_queue_published_total', ['consumer', 'role', 'queue'], 'Messages published into the queue, as the broker counts them (management API only); rate() gives the inflow.'),
   queueExists: m('broker', 'gauge', 'warren_queue_exists', ['consumer', 'role', 'queue'], '1 when the declared queue exists, 0 when it does not.'),
-  brokerUp: m('broker', 'gauge', 'warren_broker_up', ['source'], '1 when the last reading of the broker succeeded, by source (management, or amqp when the management API did not answer); 0 when neither answered.'),
+  brokerUp: m('broker', 'gauge', 'warren_broker_up', ['source'], '1 for the source the last reading of the broker came from (management, or amqp when the management API did not answer), 0 for a source tried that did not answer; amqp has no series while the management API answers (it is not read then).'),
   brokerReadDuration: m('broker', 'gauge', 'warren_broker_read_duration_seconds', [], 'How long the last reading of the broker\'s queue figures took.'),
 } as const satisfies Record<string, MetricSpec>;
 

@@ -70,6 +70,7 @@ describe('warren metrics', () => {
     expect(valueOf(samples, 'warren_queue_messages_ready', { consumer: 'billing', role: 'parked' })).toBe(0);
     expect(valueOf(samples, 'warren_queue_exists', { consumer: 'billing', role: 'retry' })).toBe(1);
     expect(valueOf(samples, 'warren_broker_up', { source: 'management' })).toBe(1);
+    expect(valueOf(samples, 'warren_broker_up', { source: 'amqp' })).toBeUndefined();
     expect(valueOf(samples, 'warren_outbox_pending', { store: 'postgres' })).toBe(1);
     expect(valueOf(samples, 'warren_retry_table_waiting_untimed', { store: 'postgres' })).toBe(0);
     // Nothing of the application's own: the exporter has no consumers.

@@ -11,7 +11,7 @@ import type { Outcome } from '../consume/types.js';
 import { BrokerUnreachableError, ClosedError, InvalidOptionError, PublishNackedError, PublishNotConfirmedError, PublishNotSentError, UnroutableError } from '../errors.js';
 import type { ParkReason } from '../headers.js';
 import { ManagementClient, type ManagementOptions } from '../management/client.js';
-import type { Publisher } from '../publish/publisher.js';
+import { PUBLISH_KINDS, type Publisher, type PublishKind, type PublishObserver } from '../publish/publisher.js';
 import { formatDuration } from '../retry/ladder.js';
 import type { HealthMonitor } from '../retry-table/health.js';
 import type { RetryScheduler } from '../retry-table/scheduler.js';
@@ -110,6 +110,12 @@ export interface WarrenMetrics {
   readonly registry: Registry;
   /** Instruments a consumer made elsewhere (those of the Warren are instrumented already). */
   consumer(consumer: Consumer<never, never> | Consumer<unknown, unknown>): void;
+  /**
+   * Counts a publish made outside the Warren's publishers: pass it as a replay's
+   * `onPublished`, so replayed copies count as `kind="replay"`.
+   * @example await replayParked(model, topology.consumer('billing'), { onPublished: metrics.observePublish });
+   */
+  readonly observePublish: PublishObserver;
   /** The broker reader, when broker figures are on. */
   readonly broker: BrokerReader | undefined;
   /** Removes every listener and the metrics from the registry, and closes the broker reader's channel. */
@@ -283,6 +289,7 @@ export function warrenMetrics(options: WarrenMetricsOptions = {}): WarrenMetrics
   const confirmBuckets = checkBuckets(options.buckets?.confirm, 'buckets.confirm', CONFIRM_BUCKETS);
   const brokerOption = options.broker ?? (topology ? {} : false);
   let broker: BrokerReader | undefined;
+  let brokerSources = { management: false, amqp: false };
   if (brokerOption !== false) {
     if (typeof brokerOption !== 'object' || brokerOption === null) throw new InvalidOptionError('broker', 'expected { management?, cacheMs? } or false');
     if (!topology) throw new InvalidOptionError('broker', 'reading the broker needs the topology: pass `warren` or `topology`, or set `broker: false`');
@@ -290,6 +297,7 @@ export function warrenMetrics(options: WarrenMetricsOptions = {}): WarrenMetrics
     const connection = options.connection ?? (warren ? () => warren.connection.waitReady(5000) : undefined);
     if (!management && !connection) throw new InvalidOptionError('broker.management', 'with `topology` alone and no management API, nothing can read the broker', 'Pass `connection` (an AMQP connection) or a management API.');
     broker = new BrokerReader(topology, { management, connection, cacheMs: checkCacheMs(brokerOption.cacheMs, 'broker.cacheMs') });
+    brokerSources = { management: management !== undefined, amqp: connection !== undefined };
   }
 
   const registered: string[] = [];
@@ -383,16 +391,24 @@ export function warrenMetrics(options: WarrenMetricsOptions = {}): WarrenMetrics
       },
     }),
   );
+  // Children made once: a settled publish does two map lookups, not label hashing.
+  const publishChildren = new Map<PublishKind, { outcomes: Map<PublishOutcome, Counter.Internal>; confirm: Histogram.Internal<string> }>();
+  for (const kind of PUBLISH_KINDS) {
+    const outcomes = new Map(PUBLISH_OUTCOMES.map((o) => [o, publishes.labels({ kind, outcome: o })] as const));
+    for (const child of outcomes.values()) child.inc(0);
+    publishChildren.set(kind, { outcomes, confirm: confirmDuration.labels({ kind }) });
+  }
+  let closed = false;
+  const observePublish: PublishObserver = (error, ms, kind = 'publish') => {
+    if (closed) return;
+    const outcome = publishOutcome(error);
+    const children = publishChildren.get(kind);
+    children?.outcomes.get(outcome)?.inc();
+    if (outcome === 'confirmed' && ms !== undefined) children?.confirm.observe(ms / 1000);
+  };
   const instrumentPublisher = (publisher: Publisher): void => {
-    const children = new Map(PUBLISH_OUTCOMES.map((o) => [o, publishes.labels({ outcome: o })] as const));
-    for (const child of children.values()) child.inc(0);
-    const onSettled = (error: Error | undefined, ms: number) => {
-      const outcome = publishOutcome(error);
-      children.get(outcome)?.inc();
-      if (outcome === 'confirmed') confirmDuration.observe(ms / 1000);
-    };
-    publisher.on('settled', onSettled);
-    undo.push(() => publisher.off('settled', onSettled));
+    publisher.on('settled', observePublish);
+    undo.push(() => publisher.off('settled', observePublish));
   };
   const instrumentConnection = (label: string, connection: BrokerConnection): void => {
     connections.push({ label, connection });
@@ -412,6 +428,8 @@ export function warrenMetrics(options: WarrenMetricsOptions = {}): WarrenMetrics
     warren.on('consumer', onConsumer);
     undo.push(() => warren.off('consumer', onConsumer));
     instrumentPublisher(warren.publisher);
+    // The consumers' retry, park and put-back copies go through a publisher of their own.
+    instrumentPublisher(warren.mover);
     instrumentConnection('consume', warren.connection);
     instrumentConnection('publish', warren.publishConnection);
   }
@@ -538,7 +556,10 @@ export function warrenMetrics(options: WarrenMetricsOptions = {}): WarrenMetrics
         async collect() {
           const snapshot = await reader.read();
           this.reset();
-          for (const source of ['management', 'amqp'] as const) this.set({ source }, snapshot.source === source ? 1 : 0);
+          // A source is reported once it was tried: AMQP stands in only when the management
+          // API did not answer, so while it does, AMQP has no series (it was not read, not down).
+          if (brokerSources.management) this.set({ source: 'management' }, snapshot.source === 'management' ? 1 : 0);
+          if (brokerSources.amqp && snapshot.source !== 'management') this.set({ source: 'amqp' }, snapshot.source === 'amqp' ? 1 : 0);
         },
       }),
     );
@@ -552,10 +573,10 @@ export function warrenMetrics(options: WarrenMetricsOptions = {}): WarrenMetrics
     );
   }
 
-  let closed = false;
   return {
     registry,
     broker,
+    observePublish,
     consumer(consumer) {
       if (closed) return;
       if (typeof consumer !== 'object' || consumer === null || typeof (consumer as Consumer<unknown, unknown>).on !== 'function' || !('declaration' in consumer)) {

@@ -11,6 +11,7 @@ import { findConnection, forceCloseConnection, uniqueConnectionName } from '../.
 import { warrenMetrics, type WarrenMetricsOptions } from './index.js';
 import { BrokerReader } from './broker.js';
 import { ManagementClient } from '../management/client.js';
+import { replayParked } from '../park/operations.js';
 import { parseScrape, valueOf, type Sample } from './testing/scrape.js';
 
 function shop() {
@@ -72,11 +73,18 @@ describe('application and broker figures after real traffic', () => {
     expect(valueOf(s, 'warren_consumer_in_flight', { consumer: billing })).toBe(0);
     expect(valueOf(s, 'warren_consumer_attached', { consumer: billing })).toBe(1);
     expect(valueOf(s, 'warren_consumer_cancellations_total', { consumer: billing })).toBe(0);
-    // Application publishes: five confirmed, one returned; moves between queues are not publishes.
-    expect(valueOf(s, 'warren_publishes_total', { outcome: 'confirmed' })).toBe(5);
-    expect(valueOf(s, 'warren_publishes_total', { outcome: 'returned' })).toBe(1);
-    expect(valueOf(s, 'warren_publishes_total', { outcome: 'nacked' })).toBe(0);
-    expect(valueOf(s, 'warren_publish_confirm_duration_seconds_count')).toBe(5);
+    // Every publish, by kind: the application's five confirmed and one returned, the
+    // transient one's retry copy, and the two park copies. A move's confirm comes before
+    // the outcome it leads to, so these are counted already.
+    expect(valueOf(s, 'warren_publishes_total', { kind: 'publish', outcome: 'confirmed' })).toBe(5);
+    expect(valueOf(s, 'warren_publishes_total', { kind: 'publish', outcome: 'returned' })).toBe(1);
+    expect(valueOf(s, 'warren_publishes_total', { kind: 'publish', outcome: 'nacked' })).toBe(0);
+    expect(valueOf(s, 'warren_publishes_total', { kind: 'retry', outcome: 'confirmed' })).toBe(1);
+    expect(valueOf(s, 'warren_publishes_total', { kind: 'park', outcome: 'confirmed' })).toBe(2);
+    expect(valueOf(s, 'warren_publishes_total', { kind: 'put-back', outcome: 'confirmed' })).toBe(0);
+    expect(valueOf(s, 'warren_publish_confirm_duration_seconds_count', { kind: 'publish' })).toBe(5);
+    expect(valueOf(s, 'warren_publish_confirm_duration_seconds_count', { kind: 'retry' })).toBe(1);
+    expect(valueOf(s, 'warren_publish_confirm_duration_seconds_count', { kind: 'park' })).toBe(2);
     expect(valueOf(s, 'warren_connection_up', { connection: 'consume' })).toBe(1);
     expect(valueOf(s, 'warren_connection_reconnects_total', { connection: 'publish' })).toBe(0);
 
@@ -95,6 +103,8 @@ describe('application and broker figures after real traffic', () => {
       20_000,
     );
     expect(valueOf(s, 'warren_broker_up', { source: 'management' })).toBe(1);
+    // AMQP was not read: no series, rather than a 0 that reads as down.
+    expect(valueOf(s, 'warren_broker_up', { source: 'amqp' })).toBeUndefined();
     expect(valueOf(s, 'warren_queue_consumers', { consumer: billing, role: 'work' })).toBe(1);
     // A consumer that is not running: depth and zero consumers, all the same.
     expect(valueOf(s, 'warren_queue_consumers', { consumer: idle, role: 'work' })).toBe(0);
@@ -103,6 +113,13 @@ describe('application and broker figures after real traffic', () => {
     expect(valueOf(s, 'warren_queue_messages_ready', { consumer: billing, role: 'retry', queue: b.retryQueues[0] as string })).toBe(0);
     expect(valueOf(s, 'warren_queue_exists', { queue: b.parkedQueue })).toBe(1);
     expect(s.filter((x) => x.name === 'warren_queue_messages_ready')).toHaveLength(6);
+
+    // A replay told to report its copies counts them as replays.
+    const replay = await replayParked(await warren.connection.waitReady(5000), b, { onPublished: metrics.observePublish });
+    expect(replay.replayed).toBe(2);
+    s = await scrape(metrics.registry);
+    expect(valueOf(s, 'warren_publishes_total', { kind: 'replay', outcome: 'confirmed' })).toBe(2);
+    expect(valueOf(s, 'warren_publishes_total', { kind: 'replay', outcome: 'returned' })).toBe(0);
   });
 
   it('without the management API, reads depths and consumers over AMQP, and says so; a missing queue does not hide the rest', async () => {

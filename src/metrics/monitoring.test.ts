@@ -188,7 +188,7 @@ describe('shipped alert rules and dashboard', () => {
       '        alertname: WarrenWorkQueueNoConsumer',
       '        exp_alerts: []',
       // Nothing else is wrong in this scrape.
-      ...['WarrenQueueMissing', 'WarrenBrokerUnreadable', 'WarrenRedeliveryRateHigh', 'WarrenWorkQueueGrowing', 'WarrenRetryRowOverdue', 'WarrenOutboxFlagged'].flatMap((a) => ['      - eval_time: 20m', `        alertname: ${a}`, '        exp_alerts: []']),
+      ...['WarrenQueueMissing', 'WarrenBrokerUnreadable', 'WarrenMovesFailing', 'WarrenRedeliveryRateHigh', 'WarrenWorkQueueGrowing', 'WarrenRetryRowOverdue', 'WarrenOutboxFlagged'].flatMap((a) => ['      - eval_time: 20m', `        alertname: ${a}`, '        exp_alerts: []']),
     ].join('\n');
     writeFileSync(join(dir, 'test.yml'), test + '\n');
     const run = spawnSync(tool, ['test', 'rules', join(dir, 'test.yml')], { encoding: 'utf8' });
@@ -217,5 +217,35 @@ describe('shipped alert rules and dashboard', () => {
     const run = spawnSync(tool, ['test', 'rules', join(dir, 'test.yml')], { encoding: 'utf8' });
     expect(run.status).not.toBe(0);
     expect(run.stdout + run.stderr).toMatch(/FAILED[\s\S]*WarrenMessagesParked/);
+  });
+
+  it('a park copy that times out fires WarrenMovesFailing; confirmed copies and application publishes do not', () => {
+    const tool = promtool();
+    const dir = tempDir();
+    const test = [
+      'rule_files:',
+      `  - ${JSON.stringify(RULES)}`,
+      'evaluation_interval: 1m',
+      'tests:',
+      '  - interval: 1m',
+      '    input_series:',
+      '      - series: \'warren_publishes_total{kind="park",outcome="timed_out"}\'',
+      '        values: "0+2x40"',
+      '      - series: \'warren_publishes_total{kind="retry",outcome="confirmed"}\'',
+      '        values: "0+50x40"',
+      '      - series: \'warren_publishes_total{kind="publish",outcome="nacked"}\'',
+      '        values: "0+5x40"',
+      '    alert_rule_test:',
+      '      - eval_time: 20m',
+      '        alertname: WarrenMovesFailing',
+      '        exp_alerts:',
+      '          - exp_labels: { severity: warning, kind: park, outcome: timed_out }',
+      '            exp_annotations:',
+      '              summary: "park copies end timed_out (33.33m/s)"',
+      '              description: "Consumers cannot move failed messages. Is the broker under a memory or disk alarm (`rabbitmq-diagnostics alarms`), or is a retry or parked queue missing?"',
+    ].join('\n');
+    writeFileSync(join(dir, 'test.yml'), test + '\n');
+    const run = spawnSync(tool, ['test', 'rules', join(dir, 'test.yml')], { encoding: 'utf8' });
+    expect(run.status, `promtool test rules:\n${run.stdout}${run.stderr}`).toBe(0);
   });
 });

@@ -81,12 +81,19 @@ describe.each(BACKENDS)('store metrics: %s', (backend) => {
           valueOf(s, 'warren_retry_table_rows', { store: 'orders', dependency: 'ledger' }) === undefined &&
           valueOf(s, 'warren_consumer_deliveries_total', { consumer: name, outcome: 'acked' }) === 1 &&
           // The relay marks a row sent once its confirm is back, which can come after it was handled.
-          valueOf(s, 'warren_outbox_pending', { store: 'orders' }) === 0
+          valueOf(s, 'warren_outbox_pending', { store: 'orders' }) === 0 &&
+          valueOf(s, 'warren_publishes_total', { kind: 'retry-table', outcome: 'confirmed' }) === 1
         );
       },
       'the ledger row sent back and acked, the outbox row flagged, the carrier paused',
     );
     expect(valueOf(s, 'warren_retry_scheduler_moved_total', { scheduler: 'main' })).toBe(1);
+    // Every publish by what it was: the application's two, the relay's outbox row
+    // (returned: nothing is bound for it) and the row the scheduler sent back.
+    expect(valueOf(s, 'warren_publishes_total', { kind: 'publish', outcome: 'confirmed' })).toBe(2);
+    expect(valueOf(s, 'warren_publishes_total', { kind: 'outbox', outcome: 'returned' })).toBe(1);
+    expect(valueOf(s, 'warren_publishes_total', { kind: 'outbox', outcome: 'confirmed' })).toBe(0);
+    expect(valueOf(s, 'warren_publish_confirm_duration_seconds_count', { kind: 'retry-table' })).toBe(1);
     expect(valueOf(s, 'warren_retry_scheduler_failures_total', { scheduler: 'main' })).toBe(0);
     expect(valueOf(s, 'warren_dependency_healthy', { dependency: 'carrier' })).toBe(0);
     expect(valueOf(s, 'warren_dependency_paused', { dependency: 'carrier' })).toBe(1);

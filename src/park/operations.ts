@@ -1,13 +1,14 @@
 import type * as amqp from 'amqplib';
-import { InvalidOptionError } from '../errors.js';
+import { InvalidOptionError, UnroutableError } from '../errors.js';
+import type { PublishObserver } from '../publish/publisher.js';
 import type { ConsumerTopology } from '../topology/declaration.js';
-import { QueueNotFoundError } from './errors.js';
+import { QueueNotFoundError, WalkInterruptedError } from './errors.js';
 import { isEmptyFilter, matchesFilter, type ParkedFilter } from './filter.js';
 import { traceReplay } from '../trace/index.js';
 import { copyProperties, decodeBody, plainValue, replayHeaders, type ParkedMessage } from './message.js';
 import { parkedIdentity } from './identity.js';
 import { closeChannel } from '../connection/channel.js';
-import { walkParked, type Verdict, type WalkOptions, type WalkResult } from './reader.js';
+import { walkParked, type MoveFailure, type Verdict, type WalkOptions, type WalkResult } from './reader.js';
 import { sleepUnless } from '../sleeper.js';
 
 /** The queues of a consumer that the parked-queue operations use. */
@@ -147,6 +148,12 @@ export interface ReplayOptions extends ParkedOperationOptions {
    * @default none
    */
   except?: Iterable<string>;
+  /**
+   * Told of each copy once the walk ends (or is interrupted): committed, or returned by
+   * the broker; for the publish metrics, pass `metrics.observePublish`.
+   * @default none
+   */
+  onPublished?: PublishObserver;
 }
 
 /** What a replay did. */
@@ -248,6 +255,7 @@ export async function replayParked(model: amqp.ChannelModel, target: ParkedTarge
   delete rest.dryRun;
   delete rest.actor;
   delete rest.except;
+  delete rest.onPublished;
   const onStart = options.onStart;
   const everyMatch = isEmptyFilter(options.filter ?? {}) && (except === undefined || except.size === 0);
   const paced = rate !== undefined && options.readAhead === undefined ? { readAhead: pacedReadAhead(rate, options.maxInFlight) } : {};
@@ -263,9 +271,11 @@ export async function replayParked(model: amqp.ChannelModel, target: ParkedTarge
     });
   } catch (error) {
     trace?.end({ error });
+    if (error instanceof WalkInterruptedError) tellPublished(options.onPublished, target, error.moved, []);
     throw error;
   }
   trace?.end({ replayed: result.moved });
+  tellPublished(options.onPublished, target, result.moved, result.failed);
   const elapsedMs = Date.now() - started;
   // n publishes paced at r per second span n - 1 intervals: count intervals, not messages.
   // The pace is that of the publishes: the last commit's wait for the disk is not part of it.
@@ -282,6 +292,17 @@ export async function replayParked(model: amqp.ChannelModel, target: ParkedTarge
     elapsedMs,
     ratePerSecond: span > 0 ? (intervals * 1000) / span : 0,
   };
+}
+
+/** A replay's copies, for {@link ReplayOptions.onPublished}: the committed ones, then those the broker returned. */
+function tellPublished(observer: PublishObserver | undefined, target: ParkedTarget, committed: number, failed: readonly MoveFailure[]): void {
+  if (observer === undefined) return;
+  try {
+    for (let i = 0; i < committed; i++) observer(undefined, undefined, 'replay');
+    for (const f of failed) observer(new UnroutableError('', target.queue, f.messageId, f.error), undefined, 'replay');
+  } catch {
+    // An observer's failure is not the replay's: it is done already.
+  }
 }
 
 /** Options of {@link purgeParked}. */

@@ -50,6 +50,26 @@ export interface PublisherOptions {
   logger?: Logger;
 }
 
+/**
+ * What a publish is, for the `settled` event (and the publish metrics): an application's
+ * `publish()`; an outbox row sent by the relay (`outbox`), a retry-table row sent back to
+ * its consumer (`retry-table`) or parked by an operator (`retry-table-park`); a consumer's
+ * copy to a retry tier (`retry`), to its parked queue (`park`), or back to its own work
+ * queue by the crash-loop guard (`put-back`); a parked message replayed (`replay`).
+ */
+export type PublishKind = 'publish' | 'outbox' | 'retry-table' | 'retry-table-park' | 'retry' | 'park' | 'put-back' | 'replay';
+
+/**
+ * Told of each publish as it settles, with the `settled` event's arguments: its error
+ * (undefined when confirmed), the milliseconds from its write to the broker's answer
+ * (undefined for a copy committed in a transaction, which has no confirm of its own),
+ * and its kind. The metrics' `observePublish` is one.
+ */
+export type PublishObserver = (error: Error | undefined, ms: number | undefined, kind: PublishKind) => void;
+
+/** Every {@link PublishKind}. */
+export const PUBLISH_KINDS: readonly PublishKind[] = ['publish', 'outbox', 'retry-table', 'retry-table-park', 'retry', 'park', 'put-back', 'replay'];
+
 /** A message ready to go out, as warren moves it between queues. */
 export interface OutgoingMessage {
   readonly exchange: string;
@@ -105,6 +125,8 @@ class Outgoing {
     readonly at: number,
     /** Resolve with a {@link PublishReceipt} (made at the confirm, not kept while waiting) rather than nothing. */
     readonly receipt: boolean,
+    /** What the publish is, for `settled`. */
+    readonly kind: PublishKind,
   ) {}
 }
 
@@ -140,8 +162,10 @@ const DEFAULTS = { maxInFlight: 1000, connectTimeoutMs: 10_000, confirmTimeoutMs
  * a message as confirmed that was not, and never writes a message after its publish
  * was given up.
  *
- * Events: `settled` (error or undefined, and milliseconds: from the write to the broker's
- * answer or to giving up, or, for a publish never written, from the call) once per publish.
+ * Events: `settled` (error or undefined; milliseconds: from the write to the broker's
+ * answer or to giving up, or, for a publish never written, from the call; and the
+ * publish's {@link PublishKind}) once per publish. Nothing is computed for it while no
+ * one listens.
  *
  * Across a channel's loss nothing is written twice or on a dead channel: publishes the
  * closed channel never carried wait for the next one within their deadline, and
@@ -424,7 +448,7 @@ export class Publisher extends EventEmitter {
     }
     if (this.failDisconnected && !this.connection.connected && !this.closed) return this.notConnected(messageId);
     // The receipt is what the publish resolves with: no second promise to map to it.
-    return this.enqueue(exchange, routingKey, content, messageId, properties, at, true) as Promise<PublishReceipt>;
+    return this.enqueue(exchange, routingKey, content, messageId, properties, at, true, 'publish') as Promise<PublishReceipt>;
   }
 
   /**
@@ -435,10 +459,11 @@ export class Publisher extends EventEmitter {
    * One promise per publish, settled from the confirm callback: where nothing has to
    * wait (a free slot, a channel, a writable socket) the message is written in this
    * call, with no await in between. The deadline is kept by the publisher's one sweep.
+   * `kind` says what the message is, for `settled` (the relay and the consumers pass theirs).
    */
-  send(message: OutgoingMessage): Promise<void> {
+  send(message: OutgoingMessage, kind: PublishKind = 'publish'): Promise<void> {
     const properties = message.properties;
-    return this.enqueue(message.exchange, message.routingKey, message.content, properties.messageId, properties, Date.now(), false) as Promise<unknown> as Promise<void>;
+    return this.enqueue(message.exchange, message.routingKey, message.content, properties.messageId, properties, Date.now(), false, kind) as Promise<unknown> as Promise<void>;
   }
 
   /** A publish refused at once (`whenDisconnected: 'fail'`): never written, settled now. */
@@ -447,7 +472,7 @@ export class Publisher extends EventEmitter {
     const error = new BrokerUnreachableError(redactUrl(this.connection.url), `not connected${down}, and the publisher fails at once while disconnected (whenDisconnected: 'fail'); message ${messageId} was not sent`);
     if (this.listenerCount('settled') > 0) {
       try {
-        this.emit('settled', error, 0);
+        this.emit('settled', error, 0, 'publish');
       } catch {
         // A listener's failure is not the publish's.
       }
@@ -456,9 +481,9 @@ export class Publisher extends EventEmitter {
   }
 
   /** {@link send}, resolving with a receipt (`receipt`) or nothing at the confirm. */
-  private enqueue(exchange: string, routingKey: string, content: Buffer, messageId: string | undefined, properties: amqp.Options.Publish | undefined, at: number, receipt: boolean): Promise<PublishReceipt | undefined> {
+  private enqueue(exchange: string, routingKey: string, content: Buffer, messageId: string | undefined, properties: amqp.Options.Publish | undefined, at: number, receipt: boolean, kind: PublishKind): Promise<PublishReceipt | undefined> {
     if (this.closed) return Promise.reject(new ClosedError('The publisher'));
-    const entry = new Outgoing(exchange, routingKey, content, messageId, properties, at, receipt);
+    const entry = new Outgoing(exchange, routingKey, content, messageId, properties, at, receipt, kind);
     capturing = entry;
     const promise = new Promise<PublishReceipt | undefined>(capture);
     capturing = undefined;
@@ -533,7 +558,7 @@ export class Publisher extends EventEmitter {
     if (this.listenerCount('settled') === 0) return;
     const since = entry.sentAt ?? entry.at;
     try {
-      this.emit('settled', error, Date.now() - since);
+      this.emit('settled', error, Date.now() - since, entry.kind);
     } catch {
       // A listener's failure is not the publish's: it is settled already.
     }

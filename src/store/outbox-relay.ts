@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { InvalidOptionError, WarrenError } from '../errors.js';
 import { backoffDelay } from '../connection/index.js';
 import { toLogger, type Logger } from '../logger.js';
-import type { OutgoingMessage } from '../publish/publisher.js';
+import type { OutgoingMessage, PublishKind } from '../publish/publisher.js';
 import type { OutboxLag, StoreBackend } from './types.js';
 import { outgoingMessage, type OutboxRow } from './outbox-message.js';
 import { checkInt } from './options.js';
@@ -16,7 +16,7 @@ const GAP_RECHECK_MS = 20;
 /** What the relay needs from a publisher: `Publisher.send` (confirmed, `mandatory`). */
 export interface OutboxPublisher {
   /** Publishes with confirms and `mandatory`; rejects when the broker refuses or cannot route it. */
-  send(message: OutgoingMessage): Promise<void>;
+  send(message: OutgoingMessage, kind?: PublishKind): Promise<void>;
 }
 
 /** Options of a relay, from `store.relay(options)`. */
@@ -334,7 +334,7 @@ export class OutboxRelay extends EventEmitter {
           throw new Undecodable(error);
         }
         const trace = (traces[i] = traceRelay(row.origin ?? 'outbox', row, { exchange: message.exchange, routingKey: message.routingKey, headers: (message.properties.headers ?? {}) as Record<string, unknown> }));
-        await this.publisher.send({ ...message, properties: { ...message.properties, headers: trace.headers } });
+        await this.publisher.send({ ...message, properties: { ...message.properties, headers: trace.headers } }, row.origin ?? 'outbox');
       }),
     );
     const outcomes: RowOutcome[] = [];
