@@ -87,7 +87,11 @@ export type StopReason =
   | 'max-held'
   /** The signal was aborted. */
   | 'aborted'
-  /** A move came back unroutable (its target queue is gone); the walk stopped there. */
+  /**
+   * A move came back unroutable (its target queue is gone); the walk stopped there. The
+   * broker says so at the commit, and the walk examines the next messages meanwhile: what
+   * it decided for those after the commit is not applied, and they count as not examined.
+   */
   | 'unroutable';
 
 /** A move whose publish failed; its original stayed in the queue. */
@@ -319,8 +323,9 @@ interface Delivery {
 
 /** One uncommitted change. */
 type Change =
-  | { readonly kind: 'remove'; readonly d: Delivery }
-  | { readonly kind: 'copy'; readonly d: Delivery }
+  | { readonly kind: 'remove'; readonly d: Delivery; readonly position: number }
+  /** `position` 0: a copy of a message the walk did not examine (see {@link Walk.rotate}). */
+  | { readonly kind: 'copy'; readonly d: Delivery; readonly position: number }
   | { readonly kind: 'move'; readonly d: Delivery; readonly position: number; readonly to: MoveTarget }
   | { readonly kind: 'restore'; readonly m: amqp.ConsumeMessage };
 
@@ -342,6 +347,10 @@ class Walk {
   private moved = 0;
   private copied = 0;
   private unroutable = false;
+  /** True while messages are examined; a returned move then undoes what was decided after its batch. */
+  private examining = false;
+  /** The last position whose change was sent in a batch: later ones are not committed yet. */
+  private sentUpTo = 0;
   /** The queue had nothing ready and the consumer was cancelled: nothing more will arrive. */
   private dry = false;
   private readonly failed: MoveFailure[] = [];
@@ -413,6 +422,7 @@ class Walk {
     this.s.signal?.addEventListener('abort', onAbort);
     let stopReason: StopReason = 'end';
     let exhausted = false;
+    this.examining = true;
     try {
       for (;;) {
         if (this.scanned >= this.bound) {
@@ -440,6 +450,12 @@ class Walk {
           exhausted = true;
           break;
         }
+        if (this.unroutable) {
+          // A commit that came back while it waited returned a move: stop before this one.
+          this.untake(d);
+          stopReason = 'unroutable';
+          break;
+        }
         this.scanned += 1;
         const position = this.scanned;
         let verdict: Verdict;
@@ -447,18 +463,23 @@ class Walk {
           const answer = visit(toParkedMessage(d.m, position));
           verdict = isThenable(answer) ? await answer : answer;
         } catch (error) {
-          this.keep(d);
+          this.keep(d, position);
           throw error;
         }
-        if (verdict.action === 'keep') this.keep(d);
-        else if (verdict.action === 'remove') this.change({ kind: 'remove', d });
+        if (verdict.action === 'keep') this.keep(d, position);
+        else if (verdict.action === 'remove') this.change({ kind: 'remove', d, position });
         else this.change({ kind: 'move', d, position, to: verdict.to });
         if (this.pending.length >= this.s.maxInFlight || (this.pending.length > 0 && Date.now() - this.oldestPending >= this.s.maxCommitDelayMs)) await this.flush();
+        if (this.unroutable) {
+          stopReason = 'unroutable';
+          break;
+        }
         if (verdict.stop) {
           stopReason = this.s.signal?.aborted ? 'aborted' : 'stopped';
           break;
         }
       }
+      this.examining = false;
       const notExamined = exhausted ? 0 : Math.max(0, this.total - this.scanned);
       const missed = exhausted ? Math.max(0, this.total - this.scanned) : 0;
       // Kept messages went to the back of a quorum queue, and what was read ahead cannot go
@@ -482,6 +503,7 @@ class Walk {
         readers: this.readers,
       };
     } catch (error) {
+      this.examining = false;
       if (error instanceof WalkInterruptedError) throw error;
       if (this.broken) throw this.interrupted(error);
       // Settle what was decided before the error; closing the channel puts back the rest
@@ -508,9 +530,9 @@ class Walk {
     this.pending.push(c);
   }
 
-  private keep(d: Delivery): void {
+  private keep(d: Delivery, position: number): void {
     this.kept += 1;
-    if (this.s.quorum) this.change({ kind: 'copy', d });
+    if (this.s.quorum) this.change({ kind: 'copy', d, position });
   }
 
   /** What may still arrive for `c`: its prefetch, less what it holds that is not settled. */
@@ -534,6 +556,12 @@ class Walk {
       this.head = 0;
     }
     return d;
+  }
+
+  /** Gives back the message {@link take} returned last: it is the next again. */
+  private untake(d: Delivery): void {
+    if (this.head > 0) this.buffer[--this.head] = d;
+    else this.buffer.unshift(d);
   }
 
   private mayReceive(): boolean {
@@ -661,7 +689,7 @@ class Walk {
     for (;;) {
       const d = await this.next(false);
       if (d === undefined || d === 'aborted') break;
-      this.change({ kind: 'copy', d });
+      this.change({ kind: 'copy', d, position: 0 });
       if (this.pending.length >= this.s.maxInFlight) await this.flush();
     }
   }
@@ -742,6 +770,13 @@ class Walk {
     n = this.inOrder(n);
     const batch = n === this.pending.length ? this.pending : this.pending.slice(0, n);
     this.pending = n === this.pending.length ? [] : this.pending.slice(n);
+    for (let i = batch.length - 1; i >= 0; i--) {
+      const c = batch[i] as Change;
+      if (c.kind !== 'restore' && c.position > 0) {
+        this.sentUpTo = c.position;
+        break;
+      }
+    }
     for (const change of batch) {
       const to = change.kind === 'copy' ? this.copyOf(change.d.m) : change.kind === 'restore' ? this.copyOf(change.m) : change.kind === 'move' ? change.to : undefined;
       if (to !== undefined && !this.publish(to)) await this.drained();
@@ -832,9 +867,34 @@ class Walk {
       });
       restores.push({ kind: 'restore', m: move.d.m });
     }
+    if (this.examining) this.undoSince(this.sentUpTo);
     if (restores.length > 0) {
       if (this.pending.length === 0) this.oldestPending = Date.now();
       this.pending.unshift(...restores);
+    }
+  }
+
+  /**
+   * A move came back: the walk stops at it. It examined on while the commit was on its
+   * way; what it decided for the messages after `upTo` (the last position committed) is
+   * dropped before it is sent, and they count as not examined. Nothing of theirs was
+   * acknowledged: on a classic queue they go back in place with the channel; on a quorum
+   * queue they return to the read-ahead, to be copied to the back in order.
+   */
+  private undoSince(upTo: number): void {
+    const undone = this.scanned - upTo;
+    if (undone <= 0) return;
+    const dropped = this.pending.filter((c) => c.kind !== 'restore');
+    this.pending = this.pending.filter((c) => c.kind === 'restore');
+    // Every examined message after `upTo` is a pending change or a kept one (on a classic
+    // queue a kept message has no change of its own).
+    let changed = 0;
+    for (const c of dropped) if (c.kind === 'remove' || c.kind === 'move') changed += 1;
+    this.kept -= undone - changed;
+    this.scanned = upTo;
+    if (this.s.quorum && dropped.length > 0) {
+      this.buffer = [...dropped.map((c) => (c as Exclude<Change, { kind: 'restore' }>).d), ...this.buffer.slice(this.head)];
+      this.head = 0;
     }
   }
 }

@@ -7,6 +7,7 @@ import { QueueNotFoundError } from './errors.js';
 import { listParked, replayParked } from './operations.js';
 import { declared, failures, fastConnection, parkedTopology, peekIds, publishParked, takeAll } from './testing/fixtures.js';
 import { walkParked, type Verdict } from './reader.js';
+import type { ParkedMessage } from './message.js';
 
 describe.each(['classic', 'quorum'] as const)('replay with real consumers (%s queues)', (queueType) => {
   it('sends a parked message back to its own consumer only, same id, attempts reset', async () => {
@@ -225,6 +226,30 @@ describe('replay of a message parked with a PermanentError', () => {
 });
 
 describe.each(['classic', 'quorum'] as const)('a move the broker returns (%s queue)', (queueType) => {
+  // Every message moves; the fifth to a queue that does not exist. The walk learns of the
+  // return at its commit, while it examines what comes next: what it decided since is
+  // not applied, and those messages stay parked, not examined.
+  it.each([1, 10])('stops at the first returned move: nothing after its commit is moved (maxInFlight %i)', async (maxInFlight) => {
+    const t = parkedTopology(queueType);
+    const billing = t.consumer('billing');
+    const conn = await declared(t);
+    const ids = await publishParked(conn, t, billing, failures(40));
+    const to = (m: ParkedMessage, queue: string): Verdict => ({ action: 'move', to: { exchange: '', routingKey: queue, content: m.content, properties: { messageId: m.messageId ?? '' } } });
+    const result = await walkParked(conn, billing.parkedQueue, (m) => to(m, m.position === 5 ? `${billing.queue}.missing` : billing.queue), { queueType, maxInFlight });
+    expect(result.stopReason).toBe('unroutable');
+    expect(result.failed.map((f) => f.messageId)).toEqual([ids[4]]);
+    expect(result.moved + result.failed.length + result.kept + result.notExamined).toBe(40);
+    expect(result.scanned).toBe(result.moved + result.failed.length + result.kept);
+    const moved = await peekIds(conn, billing.queue);
+    // Only messages committed before or with the returned move reached the work queue.
+    expect(moved).toEqual([...ids.slice(0, 4), ...ids.slice(5, 5 + result.moved - 4)]);
+    if (maxInFlight === 1) expect(result.moved).toBe(4);
+    expect(result.moved).toBeLessThan(maxInFlight + 4);
+    const left = await peekIds(conn, billing.parkedQueue);
+    const rest = ids.slice(5 + result.moved - 4);
+    expect(left).toEqual(queueType === 'classic' ? [...rest, ids[4]] : [ids[4], ...rest]);
+  });
+
   // One change per commit, and ten: the returned move then shares its commit with kept
   // messages before and after it.
   it.each([1, 10])('parks the original again where its error says (maxInFlight %i)', async (maxInFlight) => {
