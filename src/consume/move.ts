@@ -14,6 +14,7 @@ import { minimalHeaders } from './copy-headers.js';
 import { idOf, type Delivery } from './delivery.js';
 import { decideFor, errorText, orTimeout, type ConsumerParts } from './parts.js';
 import type { Outcome } from './types.js';
+import type { PublishKind } from '../publish/publisher.js';
 
 /** How long a move is tried again while the broker refuses the copy, before the delivery is nacked with requeue. */
 const MOVE_GIVE_UP_MS = 5 * 60_000;
@@ -69,7 +70,7 @@ export async function moveCopy<T, Tx>(settler: MoveSettling, parts: ConsumerPart
       return false;
     };
     try {
-      await parts.publisher.send({ exchange: '', routingKey: target, content: d.msg.content, properties: copyProperties(d.msg, table, true) });
+      await parts.publisher.send({ exchange: '', routingKey: target, content: d.msg.content, properties: copyProperties(d.msg, table, true) }, kindOf(parts, target));
       return landed();
     } catch (error) {
       if (error instanceof ClosedError) return false;
@@ -103,6 +104,12 @@ export async function moveCopy<T, Tx>(settler: MoveSettling, parts: ConsumerPart
       await new Promise((r) => setTimeout(r, backoffDelay(attempt, 200, 5000)));
     }
   }
+}
+
+/** What a copy to `queue` is, for the publish metrics: a park, a put-back into the work queue (the crash-loop guard), or a retry. */
+function kindOf<T, Tx>(parts: ConsumerParts<T, Tx>, queue: string): PublishKind {
+  if (queue === parts.declaration.parkedQueue) return 'park';
+  return queue === parts.declaration.queue ? 'put-back' : 'retry';
 }
 
 /** The properties of a delivery for its copy in another queue (no expiration: a copy waits as long as its queue says). */

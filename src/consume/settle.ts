@@ -206,7 +206,7 @@ export class Settler<T, Tx> {
     const messageId = idOf(d);
     try {
       if (!parts.current(d.ch)) return; // its channel is gone: the broker has it back already
-      await parts.publisher.send({ exchange: '', routingKey: parts.declaration.queue, content: d.msg.content, properties: copyProperties(d.msg, d.msg.properties.headers ?? {}) });
+      await parts.publisher.send({ exchange: '', routingKey: parts.declaration.queue, content: d.msg.content, properties: copyProperties(d.msg, d.msg.properties.headers ?? {}) }, 'put-back');
       if (this.ack(d)) this.count({ kind: 'requeued', messageId }, d);
     } catch {
       this.requeue(d);

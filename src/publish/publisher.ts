@@ -55,7 +55,8 @@ export interface PublisherOptions {
  * `publish()`; an outbox row sent by the relay (`outbox`), a retry-table row sent back to
  * its consumer (`retry-table`) or parked by an operator (`retry-table-park`); a consumer's
  * copy to a retry tier (`retry`), to its parked queue (`park`), or back to its own work
- * queue by the crash-loop guard (`put-back`); a parked message replayed (`replay`).
+ * queue (`put-back`: the crash-loop guard's, or a message a consumer that is closing never
+ * started); a parked message replayed (`replay`).
  */
 export type PublishKind = 'publish' | 'outbox' | 'retry-table' | 'retry-table-park' | 'retry' | 'park' | 'put-back' | 'replay';
 
