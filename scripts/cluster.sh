@@ -210,7 +210,7 @@ status() {
 need_root() { [[ $EUID -eq 0 ]] || die "the nodes run as the rabbitmq user, which needs root; run: sudo bash $0 $*"; }
 
 case ${1:-}:${2:-} in
-  start:) need_root start; start_all ;;
+  start:) need_root start; lease_keep cluster; start_all ;;
   stop:) need_root stop; for n in "${NODES[@]}"; do stop_node "$n"; done; say "stopped" ;;
   status:) status ;;
   start:c[1-3]) need_root start "$2"; node_vars "$2"; boot; wait_up; say "node $NODE running" ;;

@@ -47,3 +47,78 @@ install_deps_and_addons() {
     npm rebuild better-sqlite3
   fi
 }
+
+# --- brokers a test run started ---------------------------------------------
+# npm test stops, when it ends, the brokers it had to start itself (the 4.x
+# chroot brokers, the test cluster, the TLS nodes), unless WARREN_KEEP_BROKERS=1.
+# Runs may overlap and share a broker: each holds a lease on the brokers it
+# uses (a file named after its pid), and a broker that a run started is stopped
+# by the last run to let go of it. A broker that was up before (started by a
+# person, or kept) is never stopped. Leases live under WARREN_LEASE_DIR
+# (default /var/lib/warren/leases), one directory per broker.
+LEASES=${WARREN_LEASE_DIR:-/var/lib/warren/leases}
+
+# The start time of a process (ticks since boot), which tells it from a later
+# process given the same pid; fails when there is no such process.
+proc_start() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  # shellcheck disable=SC2086 # split into fields on purpose
+  set -- $stat
+  echo "${20}"
+}
+
+# lease_take NAME: this run (pid $$) uses broker NAME. Taken before looking
+# whether it runs, under the lease lock, so that a last run stopping it either
+# finishes first (and this run starts it again) or sees this lease and keeps it.
+lease_take() {
+  mkdir -p "$LEASES/$1"
+  (
+    flock -w 600 8 || exit 1
+    echo "$$ $(proc_start $$)" >"$LEASES/$1/run.$$"
+  ) 8>"$LEASES/$1.lock"
+}
+
+# lease_started NAME: this run started broker NAME; the last run out stops it.
+lease_started() { : >"$LEASES/$1/started-by-a-run"; }
+
+# lease_keep NAME: a person started broker NAME (a script run by hand, not by
+# npm test): no run stops it.
+lease_keep() {
+  [[ -n ${WARREN_TEST_RUN:-} ]] && return 0
+  rm -f "$LEASES/$1/started-by-a-run" 2>/dev/null || true
+}
+
+# lease_release NAME STOP-COMMAND...: this run is done with broker NAME. Runs
+# the stop command when a run started the broker and no other run holds a
+# lease; with WARREN_KEEP_BROKERS=1 nothing is stopped, and the broker counts
+# as started by hand from then on. Prints what it did.
+lease_release() {
+  local name=$1
+  shift
+  [[ -d $LEASES/$name ]] || return 0
+  (
+    flock -w 600 8 || exit 1
+    rm -f "$LEASES/$name/run.$$"
+    [[ -e $LEASES/$name/started-by-a-run ]] || exit 0
+    if [[ ${WARREN_KEEP_BROKERS:-} == 1 ]]; then
+      rm -f "$LEASES/$name/started-by-a-run"
+      say "keeping $name running (WARREN_KEEP_BROKERS=1)"
+      exit 0
+    fi
+    local f pid start
+    for f in "$LEASES/$name"/run.*; do
+      [[ -e $f ]] || continue
+      read -r pid start <"$f" || true
+      if [[ -n $pid && $(proc_start "$pid" 2>/dev/null) == "$start" ]]; then
+        say "leaving $name running: another test run (pid $pid) uses it"
+        exit 0
+      fi
+      rm -f "$f"   # a run that ended without letting go (killed)
+    done
+    rm -f "$LEASES/$name/started-by-a-run"
+    say "stopping $name (this run started it; WARREN_KEEP_BROKERS=1 keeps it)"
+    "$@" >/dev/null 2>&1 || say "could not stop $name: $* failed" >&2
+  ) 8>"$LEASES/$name.lock"
+}

@@ -1,27 +1,56 @@
 #!/usr/bin/env bash
-# A RabbitMQ 4.0 broker beside the host's 3.10, for running the test suite
-# against both. Debian 12 only ships 3.10, and there is no Docker here, so the
-# 4.0 broker lives in a Debian 13 (trixie) chroot built with debootstrap from
-# Debian's own packages. Both brokers share the host's network and its epmd;
-# they differ by node name and ports:
+# RabbitMQ 4.x brokers beside the host's 3.10, for running the test suite
+# against several versions. Debian 12 only ships 3.10, and there is no Docker
+# here, so each 4.x broker lives in a chroot of the Debian release that ships
+# it, built with debootstrap from Debian's own packages. All brokers share the
+# host's network and its epmd; they differ by node name and ports:
 #
-#   node rabbit4@localhost, AMQP 127.0.0.1:5673, management 127.0.0.1:15673,
-#   distribution 127.0.0.1:25673
+#   version  Debian          node               AMQP   management  distribution
+#   4.0      13 (trixie)     rabbit4@localhost  5673   15673       25673
+#   4.3      forky           rabbit43@localhost 5674   15674       25674
 #
-# Usage: scripts/rabbitmq4.sh [start|stop|status]     (start is the default)
+# (all on 127.0.0.1).
 #
-# The chroot is built once, outside the repository, so every clone on the
-# machine reuses it: WARREN_RABBIT4_DIR (default /var/lib/warren/rabbit4).
-# WARREN_DEBIAN_MIRROR overrides the mirror taken from the host's apt sources.
+# Usage: scripts/rabbitmq4.sh [start|stop|status|build] [4.0|4.3]
+#        (start and 4.0 are the defaults; the two words go in either order;
+#        build only builds the chroot when it is missing, and starts nothing)
+#
+# Each chroot is built once, outside the repository, so every clone on the
+# machine reuses it: WARREN_RABBIT4_DIR (default /var/lib/warren/rabbit4) for
+# 4.0, WARREN_RABBIT43_DIR (default /var/lib/warren/rabbit43) for 4.3.
+#
+# The Debian mirror is the one the host's apt sources name (deb822 "URIs:" or
+# one-line "deb"), or WARREN_DEBIAN_MIRROR when set; with neither, building
+# fails and says so. Nothing is fetched from a mirror nobody configured.
 set -euo pipefail
 
-DIR=${WARREN_RABBIT4_DIR:-/var/lib/warren/rabbit4}
+ACTION=start VERSION=4.0
+for arg in "$@"; do
+  case $arg in
+    start | stop | status | build) ACTION=$arg ;;
+    4.0 | 4.3) VERSION=$arg ;;
+    *) echo "usage: $0 [start|stop|status|build] [4.0|4.3]" >&2; exit 2 ;;
+  esac
+done
+
+# What differs per version. forky (Debian testing) needs three things trixie
+# does not: Debian 12's debootstrap has no script for it (sid's fits); its
+# Release file may be past its Valid-Until date on a mirror snapshot; and the
+# node's name resolution needs an /etc/hosts naming localhost (copied from the
+# host, or written, for every version).
+case $VERSION in
+  4.0)
+    DIR=${WARREN_RABBIT4_DIR:-/var/lib/warren/rabbit4}
+    SUITE=trixie NODE=rabbit4@localhost AMQP_PORT=5673 MGMT_PORT=15673 DIST_PORT=25673
+    SKIP_VALID_UNTIL=0
+    ;;
+  4.3)
+    DIR=${WARREN_RABBIT43_DIR:-/var/lib/warren/rabbit43}
+    SUITE=forky NODE=rabbit43@localhost AMQP_PORT=5674 MGMT_PORT=15674 DIST_PORT=25674
+    SKIP_VALID_UNTIL=1
+    ;;
+esac
 DIR=${DIR%/}
-SUITE=trixie
-NODE=rabbit4@localhost
-AMQP_PORT=5673
-MGMT_PORT=15673
-DIST_PORT=25673
 # The build goes to a side directory and is renamed into place only when it
 # is complete, so "$DIR exists" always means "usable".
 PARTIAL="$DIR.partial"
@@ -29,8 +58,8 @@ LOCK="$DIR.lock"
 LOG="$DIR.build.log"
 START_LOG="$DIR.start.log"
 
-log() { printf 'rabbitmq4: %s\n' "$*"; }
-die() { printf 'rabbitmq4: error: %s\n' "$*" >&2; exit 1; }
+log() { printf 'rabbitmq %s: %s\n' "$VERSION" "$*"; }
+die() { printf 'rabbitmq %s: error: %s\n' "$VERSION" "$*" >&2; exit 1; }
 
 # --- checks that need no root ---------------------------------------------
 
@@ -50,8 +79,8 @@ broker_version() {
 
 require_root() {
   if [[ $EUID -ne 0 ]]; then
-    log "building and starting the 4.x broker needs root (debootstrap, mount, chroot)."
-    log "run:  sudo bash $(realpath "$0") ${1:-start}"
+    log "building and starting the $VERSION broker needs root (debootstrap, mount, chroot)."
+    log "run:  sudo bash $(realpath "$0") ${1:-start} $VERSION"
     exit 1
   fi
 }
@@ -84,14 +113,17 @@ unmount_under() {
   done
 }
 
-# True when the rabbit4 node is registered with epmd, i.e. a beam for it is
+# True when this version's node is registered with epmd, i.e. a beam for it is
 # running even if it is still booting and not yet listening on AMQP.
 node_registered() {
   in_chroot epmd -names 2>/dev/null | grep -q "^name ${NODE%@*} "
 }
 
-# The Debian mirror the host already uses (deb822 "URIs:" or one-line "deb"),
-# so the chroot is fetched from the same place as everything else.
+# The Debian mirror: WARREN_DEBIAN_MIRROR, else the first Debian mirror the
+# host's apt sources name (deb822 "URIs:" or one-line "deb"), so the chroot is
+# fetched from the same place as everything else. With neither, it fails
+# saying which to set: a machine that names no mirror may have no access to a
+# public one, or must not use it.
 host_mirror() {
   if [[ -n ${WARREN_DEBIAN_MIRROR:-} ]]; then
     echo "$WARREN_DEBIAN_MIRROR"
@@ -102,7 +134,32 @@ host_mirror() {
             /etc/apt/sources.list.d/*.sources 2>/dev/null \
         | sed -nE 's/^(URIs:|deb([[:space:]]+\[[^]]*\])?)[[:space:]]+([^[:space:]]+).*/\3/p' \
         | grep -E '^https?://[^ ]*/debian/?$' | head -n1 || true)
-  echo "${uri:-http://deb.debian.org/debian}"
+  if [[ -z $uri ]]; then
+    die "no Debian mirror to build the $SUITE chroot from: the host's apt sources" \
+        "(/etc/apt/sources.list, /etc/apt/sources.list.d/) name none. Set" \
+        "WARREN_DEBIAN_MIRROR to one, e.g. WARREN_DEBIAN_MIRROR=http://deb.debian.org/debian," \
+        "or add a Debian mirror to the host's apt sources"
+  fi
+  echo "$uri"
+}
+
+# The debootstrap script for the suite: its own when this debootstrap has one,
+# else sid's (Debian 12's debootstrap predates forky; a testing suite is built
+# like unstable).
+debootstrap_script() {
+  local scripts=/usr/share/debootstrap/scripts
+  if [[ -e $scripts/$SUITE ]]; then echo "$scripts/$SUITE"; else echo "$scripts/sid"; fi
+}
+
+# apt-get in the chroot. For forky the Release file's Valid-Until is not
+# checked: a mirror snapshot keeps serving a testing Release past that date.
+# Its signature still is.
+chroot_apt() {
+  if (( SKIP_VALID_UNTIL )); then
+    in_chroot apt-get -o Acquire::Check-Valid-Until=false "$@"
+  else
+    in_chroot apt-get "$@"
+  fi
 }
 
 # Run a long step with its output going to the build log, printing a line
@@ -138,6 +195,17 @@ run_step() {
 }
 trap '[[ -n $HEARTBEAT ]] && kill "$HEARTBEAT" 2>/dev/null; true' EXIT
 
+# On 4.3 the features it deprecates are refused outright, even those it still
+# permits by default, so that the suite proves warren uses none of them.
+deprecations() {
+  [[ $VERSION == 4.3 ]] || return 0
+  cat <<'EOF'
+deprecated_features.permit.global_qos = false
+deprecated_features.permit.transient_nonexcl_queues = false
+deprecated_features.permit.queue_master_locator = false
+EOF
+}
+
 write_config() {
   local root=$1
   # rabbitmq-env.conf is read by the server and by rabbitmqctl alike, so the
@@ -146,7 +214,7 @@ write_config() {
   # host broker is down, the chroot starts its own epmd, on loopback only,
   # as the host's configuration asks for.
   cat >"$root/etc/rabbitmq/rabbitmq-env.conf" <<EOF
-# Written by warren's scripts/rabbitmq4.sh: a second broker beside the host's.
+# Written by warren's scripts/rabbitmq4.sh: RabbitMQ $VERSION beside the host's broker.
 NODENAME=$NODE
 NODE_IP_ADDRESS=127.0.0.1
 NODE_PORT=$AMQP_PORT
@@ -154,11 +222,12 @@ DIST_PORT=$DIST_PORT
 ERL_EPMD_ADDRESS=127.0.0.1
 EOF
   cat >"$root/etc/rabbitmq/rabbitmq.conf" <<EOF
-# Written by warren's scripts/rabbitmq4.sh: a second broker beside the host's.
+# Written by warren's scripts/rabbitmq4.sh: RabbitMQ $VERSION beside the host's broker.
 listeners.tcp.local = 127.0.0.1:$AMQP_PORT
 management.tcp.ip = 127.0.0.1
 management.tcp.port = $MGMT_PORT
 distribution.listener.interface = 127.0.0.1
+$(deprecations)
 EOF
   # Enabled before the first boot, so the broker comes up with it.
   echo '[rabbitmq_management].' >"$root/etc/rabbitmq/enabled_plugins"
@@ -207,14 +276,24 @@ build() {
   local mirror started
   mirror=$(host_mirror)
   started=$(date +%s)
-  log "building a Debian $SUITE chroot with RabbitMQ 4 in $DIR from $mirror (a few minutes, once per machine)"
+  log "building a Debian $SUITE chroot with RabbitMQ $VERSION in $DIR from $mirror (a few minutes, once per machine)"
 
   run_step "debootstrap $SUITE" \
-    debootstrap --variant=minbase "$SUITE" "$PARTIAL" "$mirror"
+    debootstrap --variant=minbase "$SUITE" "$PARTIAL" "$mirror" "$(debootstrap_script)"
 
   DIR_IN_USE=$PARTIAL
   cp /etc/resolv.conf "$PARTIAL/etc/resolv.conf"
-  cp /etc/hosts "$PARTIAL/etc/hosts"
+  # A minbase chroot has no /etc/hosts, and without one naming localhost the
+  # node does not boot ("epmd error for host localhost: nxdomain").
+  if grep -qE '^[[:space:]]*127\.0\.0\.1[[:space:]]+(.*[[:space:]])?localhost([[:space:]]|$)' /etc/hosts 2>/dev/null; then
+    cp /etc/hosts "$PARTIAL/etc/hosts"
+  else
+    printf '127.0.0.1 localhost\n::1 localhost\n' >"$PARTIAL/etc/hosts"
+  fi
+  if (( SKIP_VALID_UNTIL )); then
+    # So apt in the chroot works later too, by hand.
+    echo 'Acquire::Check-Valid-Until "false";' >"$PARTIAL/etc/apt/apt.conf.d/99warren-valid-until"
+  fi
   # Keep package scripts from starting the broker during the install: it
   # would come up with the default config on 5672, which is the host's.
   printf '#!/bin/sh\nexit 101\n' >"$PARTIAL/usr/sbin/policy-rc.d"
@@ -222,9 +301,9 @@ build() {
   mount_proc "$PARTIAL"
   add_rabbitmq_user
 
-  run_step "apt-get update in the chroot" in_chroot apt-get update
+  run_step "apt-get update in the chroot" chroot_apt update
   run_step "installing rabbitmq-server in the chroot" \
-    in_chroot apt-get install -y --no-install-recommends rabbitmq-server
+    chroot_apt install -y --no-install-recommends rabbitmq-server
   in_chroot apt-get clean
 
   write_config "$PARTIAL"
@@ -262,8 +341,8 @@ report_running() {
   local version
   version=$(broker_version)
   case $version in
-    4.*) log "RabbitMQ $version running: amqp://127.0.0.1:$AMQP_PORT, http://127.0.0.1:$MGMT_PORT" ;;
-    *) die "something answers on $AMQP_PORT/$MGMT_PORT but reports version '${version:-unknown}', not 4.x" ;;
+    "$VERSION" | "$VERSION".*) log "RabbitMQ $version running: amqp://127.0.0.1:$AMQP_PORT, http://127.0.0.1:$MGMT_PORT" ;;
+    *) die "something answers on $AMQP_PORT/$MGMT_PORT but reports version '${version:-unknown}', not $VERSION" ;;
   esac
 }
 
@@ -280,6 +359,7 @@ take_lock() {
 }
 
 cmd_start() {
+  lease_keep "rabbitmq-$VERSION"
   if amqp_ready "$AMQP_PORT" && overview >/dev/null; then
     report_running
     return
@@ -287,6 +367,8 @@ cmd_start() {
   require_root start
   take_lock
   [[ -d $DIR ]] || build
+  # Written at every start, so a chroot built before a change of it gets it.
+  write_config "$DIR"
   mount_proc "$DIR"
 
   local started
@@ -316,8 +398,36 @@ cmd_stop() {
   else
     log "$NODE is not running"
   fi
-  # Leave nothing mounted once the broker is down.
-  unmount_under "$DIR"
+  # Leave nothing mounted once the broker is down, unless another node runs
+  # from this chroot (the chaos run's): it needs /proc.
+  local others deadline=$(( $(date +%s) + 10 ))
+  # The node's helpers (erl_child_setup, inet_gethost) exit just after it.
+  while others=$(chroot_processes) && [[ -n $others ]] && (( $(date +%s) < deadline )); do sleep 0.5; done
+  if [[ -n $others ]]; then
+    log "leaving $DIR/proc mounted: other processes run in the chroot ($others)"
+  else
+    unmount_under "$DIR"
+  fi
+}
+
+# The pids of processes whose root is the chroot, space-separated.
+chroot_processes() {
+  local root p pids=()
+  root=$(realpath "$DIR")
+  for p in /proc/[0-9]*; do
+    [[ $(readlink "$p/root" 2>/dev/null) == "$root" ]] && pids+=("${p#/proc/}")
+  done
+  echo "${pids[*]}"
+}
+
+cmd_build() {
+  if [[ -d $DIR ]]; then
+    log "chroot already built: $DIR"
+    return
+  fi
+  require_root build
+  take_lock
+  [[ -d $DIR ]] || build
 }
 
 cmd_status() {
@@ -334,9 +444,9 @@ cmd_status() {
   fi
 }
 
-case ${1:-start} in
+case $ACTION in
   start) cmd_start ;;
   stop) cmd_stop ;;
   status) cmd_status ;;
-  *) echo "usage: $0 [start|stop|status]" >&2; exit 2 ;;
+  build) cmd_build ;;
 esac

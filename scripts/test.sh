@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
-# What `npm test` runs: the whole suite against two RabbitMQ versions, the
-# host's 3.10 (what Debian 12 ships) and a 4.0 in a chroot beside it, because
-# the two behave differently where warren cares (x-death, delivery limits).
+# What `npm test` runs: the whole suite against three RabbitMQ versions, the
+# host's 3.10 (what Debian 12 ships), 4.0 (Debian 13) and 4.3 (Debian forky,
+# the current series) in chroots beside it, because they behave differently
+# where warren cares (x-death, delivery limits and counts, queue types); see
+# docs/brokers.md.
 #
-#   npm test                       both brokers, all tests
+#   npm test                       all three brokers, all tests
 #   npm test -- src/consume        extra arguments go to vitest
-#   WARREN_TEST_BROKERS=3.10 npm test     one broker only (or 4.0)
+#   WARREN_TEST_BROKERS=4.3 npm test          one broker only
+#   WARREN_TEST_BROKERS=3.10,4.3 npm test     some of them
+#   WARREN_KEEP_BROKERS=1 npm test            leave running what the run started
+#
+# The brokers this run had to start (4.x chroots, the test cluster, the TLS
+# nodes) are stopped when it ends, unless WARREN_KEEP_BROKERS=1 or another
+# run still uses them (scripts/lib.sh, "brokers a test run started"); those
+# that were up before are left as they were.
 #
 # Ends with one line, "tests: N passed, N failed[, N skipped]", summed over
-# both runs, and exits non-zero if either run failed or ran no test at all.
+# the runs, and exits non-zero if any run failed or ran no test at all.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -18,12 +27,12 @@ results="$root/.warren/test-results"   # .warren/ is git-ignored
 say() { printf 'test: %s\n' "$*"; }
 
 # --- which brokers ---------------------------------------------------------
-list=${WARREN_TEST_BROKERS:-3.10 4.0}
-read -r -a brokers <<<"${list//,/ }"   # "3.10 4.0" or "3.10,4.0"
+list=${WARREN_TEST_BROKERS:-3.10 4.0 4.3}
+read -r -a brokers <<<"${list//,/ }"   # "3.10 4.3" or "3.10,4.3"
 for b in "${brokers[@]}"; do
   case $b in
-    3.10 | 4.0) ;;
-    *) say "WARREN_TEST_BROKERS: unknown broker '$b' (use 3.10, 4.0 or both)" >&2; exit 2 ;;
+    3.10 | 4.0 | 4.3) ;;
+    *) say "WARREN_TEST_BROKERS: unknown broker '$b' (use 3.10, 4.0 and/or 4.3)" >&2; exit 2 ;;
   esac
 done
 (( ${#brokers[@]} )) || { say "WARREN_TEST_BROKERS is empty" >&2; exit 2; }
@@ -34,26 +43,63 @@ source scripts/lib.sh
 install_deps_and_addons
 
 # --- services --------------------------------------------------------------
-# PostgreSQL (and the 3.10 broker) come from services.sh even when only 4.0
-# is tested: the store tests need the database either way.
+# PostgreSQL (and the 3.10 broker) come from services.sh even when only 4.x
+# is tested: the store tests need the database either way. They are the
+# machine's own services, left running.
 bash scripts/services.sh
 bash scripts/prometheus.sh   # promtool, for the tests of monitoring/
 bash scripts/chromium.sh >/dev/null   # Chromium, for the browser tests of the console (test/console)
-if [[ " ${brokers[*]} " == *" 4.0 "* ]]; then
-  if ! bash scripts/rabbitmq4.sh start; then
-    say "the RabbitMQ 4.0 broker is not available; fix that, or test against" \
-        "3.10 only with WARREN_TEST_BROKERS=3.10" >&2
+
+# Brokers this run starts are stopped when it ends (see the top of this file).
+export WARREN_TEST_RUN=$$
+leased=()
+release_all() {
+  local name
+  for name in "${leased[@]}"; do
+    case $name in
+      rabbitmq-4.*) lease_release "$name" bash scripts/rabbitmq4.sh stop "${name#rabbitmq-}" ;;
+      cluster) lease_release cluster bash scripts/cluster.sh stop ;;
+      tls) lease_release tls bash scripts/tls.sh stop ;;
+    esac
+  done
+  leased=()
+}
+trap 'release_all || true' EXIT
+trap 'exit 130' INT TERM
+# use NAME STATUS-COMMAND -- START-COMMAND: takes a lease on the broker, and
+# starts it (noting that this run did) when its status says it is not up.
+use() {
+  local name=$1 status=() start=()
+  shift
+  while [[ $1 != -- ]]; do status+=("$1"); shift; done
+  shift
+  start=("$@")
+  lease_take "$name" || { say "could not take a lease on $name under $LEASES" >&2; return 1; }
+  leased+=("$name")
+  "${status[@]}" >/dev/null 2>&1 && return 0
+  "${start[@]}" || return 1
+  lease_started "$name"
+}
+
+for b in "${brokers[@]}"; do
+  [[ $b == 4.* ]] || continue
+  if ! use "rabbitmq-$b" bash scripts/rabbitmq4.sh status "$b" -- bash scripts/rabbitmq4.sh start "$b"; then
+    say "the RabbitMQ $b broker is not available; fix that, or test against" \
+        "the others only, e.g. WARREN_TEST_BROKERS=3.10" >&2
     exit 1
   fi
-fi
+done
 
 # The failover and TLS tests run in the 3.10 run, on nodes of the machine's
 # RabbitMQ of their own: a three-node cluster and two TLS-only nodes. Started
 # side by side; quick when they are up already. A test whose nodes are not up
 # is skipped and says why.
 if [[ " ${brokers[*]} " == *" 3.10 "* ]]; then
-  bash scripts/cluster.sh start & cluster_pid=$!
-  bash scripts/tls.sh start & tls_pid=$!
+  # Leases first (in this shell, so release_all sees them), then the starts.
+  lease_take cluster && leased+=(cluster)
+  lease_take tls && leased+=(tls)
+  ( bash scripts/cluster.sh status >/dev/null 2>&1 || { bash scripts/cluster.sh start && lease_started cluster; } ) & cluster_pid=$!
+  ( bash scripts/tls.sh status >/dev/null 2>&1 || { bash scripts/tls.sh start && lease_started tls; } ) & tls_pid=$!
   wait "$cluster_pid" || say "the test cluster did not start: test/cluster/failover.test.ts will be skipped" >&2
   wait "$tls_pid" || say "the TLS nodes did not start: src/connection/tls.test.ts will be skipped" >&2
 fi
@@ -69,6 +115,7 @@ for broker in "${brokers[@]}"; do
   case $broker in
     3.10) amqp_port=5672 mgmt_port=15672 ;;
     4.0) amqp_port=5673 mgmt_port=15673 ;;
+    4.3) amqp_port=5674 mgmt_port=15674 ;;
   esac
   json="$results/broker-$broker.json"
   rm -f "$json"
@@ -136,6 +183,9 @@ if (( status != 0 )); then
     echo "failed ($broker): an error outside any test; vitest printed it under \"Unhandled Errors\""
   done
 fi
+
+# Before the closing line, which stays the last one.
+release_all
 
 echo
 line="tests: $passed passed, $failed failed"

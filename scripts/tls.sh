@@ -30,6 +30,9 @@ BOOT_LIMIT=${WARREN_TLS_BOOT_SECONDS:-180}
 say() { printf 'tls: %s\n' "$*"; }
 die() { printf 'tls: error: %s\n' "$*" >&2; exit 1; }
 
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
 # Sets a node's name, port and directory: node_vars tls|tlsc.
 node_vars() {
   case $1 in
@@ -188,7 +191,7 @@ status() {
 need_root() { [[ $EUID -eq 0 ]] || die "the nodes run as the rabbitmq user, which needs root; run: sudo bash $0 $1"; }
 
 case ${1:-} in
-  start) need_root start; start_all ;;
+  start) need_root start; lease_keep tls; start_all ;;
   stop) need_root stop; for n in "${NODES[@]}"; do stop_node "$n"; done; say "stopped" ;;
   status) certificates 2>/dev/null || true; status ;;
   *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;

@@ -16,7 +16,7 @@ import { BROKER, listening, onTeardown, uniqueName, waitFor } from '../../test/h
 const DIR = process.env['WARREN_TLS_DIR'] ?? '/var/lib/warren/tls';
 
 const skipReason =
-  BROKER === '4.0'
+  BROKER !== '3.10'
     ? "the TLS nodes are the machine's RabbitMQ 3.10 whichever broker is under test; they are tested once, in the 3.10 run"
     : !existsSync(`${DIR}/ca.pem`) || !existsSync(`${DIR}/password`)
       ? `no certificates in ${DIR}; run: sudo bash scripts/tls.sh start`

@@ -94,7 +94,7 @@ describe('publish outcomes', () => {
     const exchange = uniqueName('late');
     const queue = `${exchange}.q`;
     await ch.assertExchange(exchange, 'direct', { durable: false, autoDelete: true });
-    await ch.assertQueue(queue, { durable: false, autoDelete: false });
+    await ch.assertQueue(queue, { durable: true });
     onTeardown(async () => void (await ch.deleteQueue(queue)));
     const proxy = await holdingProxy();
     const publisher = await publisherOn(proxy.url, exchange, { confirmTimeoutMs: 300 });
@@ -122,7 +122,7 @@ describe('publish outcomes', () => {
     const exchange = uniqueName('cascade');
     const queue = `${exchange}.q`;
     await ch.assertExchange(exchange, 'direct', { durable: false, autoDelete: true });
-    await ch.assertQueue(queue, { durable: false });
+    await ch.assertQueue(queue, { durable: true });
     onTeardown(async () => void (await ch.deleteQueue(queue)));
     await ch.bindQueue(queue, exchange, 'k');
     const publisher = await publisherOn(AMQP_URL, exchange, { maxInFlight: 1, confirmTimeoutMs: 5000 });
