@@ -23,7 +23,7 @@ const root = resolve(here, '..');
 
 interface Args {
   messages: number;
-  broker: '3.10' | '4.0' | 'cluster';
+  broker: '3.10' | '4.0' | '4.3' | 'cluster';
   store: StoreKind;
   seed: number;
   settleTimeoutMs: number | undefined;
@@ -31,11 +31,11 @@ interface Args {
   kill9?: boolean;
 }
 
-const USAGE = `usage: npm run chaos -- [--messages N] [--broker 3.10|4.0|cluster] [--cluster] [--store postgres|sqlite] [--kill-9] [--seed S] [--settle-timeout SECONDS]
+const USAGE = `usage: npm run chaos -- [--messages N] [--broker 3.10|4.0|4.3|cluster] [--cluster] [--store postgres|sqlite] [--kill-9] [--seed S] [--settle-timeout SECONDS]
 
   --messages N          messages through the pipeline (default 20000; at least 100)
-  --broker              which RabbitMQ: 3.10 (the machine's, default), 4.0 (the project's chroot),
-                        or cluster (three 3.10 nodes in one cluster, quorum queues)
+  --broker              which RabbitMQ: 3.10 (the machine's, default), 4.0 or 4.3 (the project's
+                        chroots), or cluster (three 3.10 nodes in one cluster, quorum queues)
   --cluster             the same as --broker cluster
   --kill-9              on one node, kill its VM hard (kill -9) besides the clean restart; classic
                         queues dead-letter at most once, so a message in a delay tier's hop can be
@@ -81,7 +81,7 @@ function parseArgs(argv: readonly string[]): Args {
       case '--seed': args.seed = int(0, 2 ** 32 - 1); break;
       case '--settle-timeout': args.settleTimeoutMs = int(10, 86_400) * 1000; break;
       case '--broker':
-        if (value !== '3.10' && value !== '4.0' && value !== 'cluster') fail(`--broker ${JSON.stringify(value)} is not a broker this run knows; use 3.10, 4.0 or cluster`);
+        if (value !== '3.10' && value !== '4.0' && value !== '4.3' && value !== 'cluster') fail(`--broker ${JSON.stringify(value)} is not a broker this run knows; use 3.10, 4.0, 4.3 or cluster`);
         args.broker = value;
         break;
       case '--store':
@@ -100,6 +100,7 @@ function parseArgs(argv: readonly string[]): Args {
 const BROKERS = {
   '3.10': { amqpPorts: [5690], mgmtPorts: [15690], pgPort: 5499 },
   '4.0': { amqpPorts: [5691], mgmtPorts: [15691], pgPort: 5498 },
+  '4.3': { amqpPorts: [5693], mgmtPorts: [15693], pgPort: 5496 },
   // Three nodes of the machine's 3.10 (chaos/services.sh): names and ports of their own,
   // beside the test suite's cluster on 5701-5703.
   cluster: { amqpPorts: [5721, 5722, 5723], mgmtPorts: [15721, 15722, 15723], pgPort: 5497 },
@@ -380,7 +381,7 @@ async function main(): Promise<number> {
 
   const amqpUrls = ports.amqpPorts.map((p) => `amqp://guest:guest@127.0.0.1:${p}`);
   const mgmt = new Management(ports.mgmtPorts);
-  // The broker's services: one node (3.10 or 4.0), or the cluster's three.
+  // The broker's services: one node (3.10, 4.0 or 4.3), or the cluster's three.
   const brokerServices = (action: 'start' | 'stop'): Promise<string> => (cluster ? services('cluster', action) : services('rabbit', action, args.broker));
   const dbConfig: DbConfig = { store: args.store, pgUrl: `postgres://postgres@127.0.0.1:${ports.pgPort}/chaos`, sqliteFile: join(runDir, 'chaos.db') };
   const downFile = join(runDir, 'inventory-down');
@@ -416,11 +417,12 @@ async function main(): Promise<number> {
 
   try {
     // Services of the run's own: restarting them disturbs nothing else on the machine.
-    if (args.broker === '4.0') {
-      const chroot = process.env['WARREN_RABBIT4_DIR'] ?? '/var/lib/warren/rabbit4';
+    if (args.broker === '4.0' || args.broker === '4.3') {
+      const chroot = args.broker === '4.0' ? (process.env['WARREN_RABBIT4_DIR'] ?? '/var/lib/warren/rabbit4') : (process.env['WARREN_RABBIT43_DIR'] ?? '/var/lib/warren/rabbit43');
       if (!existsSync(chroot)) {
-        say(`the RabbitMQ 4.0 chroot ${chroot} is not built yet; building it with scripts/rabbitmq4.sh`);
-        await new Promise<void>((ok, ko) => spawn('bash', [join(root, 'scripts', 'rabbitmq4.sh'), 'start'], { stdio: 'inherit' }).on('exit', (c) => (c === 0 ? ok() : ko(new Error('scripts/rabbitmq4.sh start failed')))));
+        // Only built: the run's node is a second one in the chroot; the suite's broker stays down.
+        say(`the RabbitMQ ${args.broker} chroot ${chroot} is not built yet; building it with scripts/rabbitmq4.sh`);
+        await new Promise<void>((ok, ko) => spawn('bash', [join(root, 'scripts', 'rabbitmq4.sh'), 'build', args.broker], { stdio: 'inherit' }).on('exit', (c) => (c === 0 ? ok() : ko(new Error(`scripts/rabbitmq4.sh build ${args.broker} failed`)))));
       }
     }
     servicesUp.rabbit = true;

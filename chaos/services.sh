@@ -4,8 +4,8 @@
 # them (which is the point of the run) disturbs no other work. They are started
 # on demand, stopped at the end of every run, and their data removed.
 #
-#   chaos/services.sh rabbit  start|stop|restart|kill 3.10|4.0
-#   chaos/services.sh rabbit  clean 3.10|4.0 [LOGDIR]
+#   chaos/services.sh rabbit  start|stop|restart|kill 3.10|4.0|4.3
+#   chaos/services.sh rabbit  clean 3.10|4.0|4.3 [LOGDIR]
 #   chaos/services.sh cluster start|stop | clean [LOGDIR]
 #   chaos/services.sh cluster stop-node|start-node|kill-node c1|c2|c3
 #   chaos/services.sh cluster restart-member c1|c2|c3 QUEUE
@@ -17,9 +17,11 @@
 # RabbitMQ 3.10 is the machine's own install, run as a second node (the
 # recipe of DESIGN.md, "A RabbitMQ cluster on one machine"): node
 # warren-chaos@localhost, AMQP 5690, management 15690, distribution 25690.
-# RabbitMQ 4.0 is a second node inside the project's 4.0 chroot
-# (scripts/rabbitmq4.sh builds it): warren-chaos4@localhost, AMQP 5691,
-# management 15691, distribution 25691. Neither is ever joined to a cluster.
+# RabbitMQ 4.0 and 4.3 are second nodes inside the project's chroots
+# (scripts/rabbitmq4.sh builds them): warren-chaos4@localhost, AMQP 5691,
+# management 15691, distribution 25691 in the 4.0 one; warren-chaos43@localhost,
+# AMQP 5693, management 15693, distribution 25693 in the 4.3 one. None is ever
+# joined to a cluster.
 #
 # The cluster is three more nodes of the machine's 3.10, warren-chaos-c1..c3@localhost
 # on AMQP 5721-5723, management 15721-15723, distribution 25721-25723, which form
@@ -38,6 +40,8 @@ BASE=${WARREN_CHAOS_DIR:-/var/lib/warren/chaos}
 BASE=${BASE%/}
 RABBIT4_ROOT=${WARREN_RABBIT4_DIR:-/var/lib/warren/rabbit4}
 RABBIT4_ROOT=${RABBIT4_ROOT%/}
+RABBIT43_ROOT=${WARREN_RABBIT43_DIR:-/var/lib/warren/rabbit43}
+RABBIT43_ROOT=${RABBIT43_ROOT%/}
 PG_BIN=${WARREN_CHAOS_PG_BIN:-/usr/lib/postgresql/15/bin}
 
 say() { printf 'chaos services: %s\n' "$*"; }
@@ -61,14 +65,18 @@ rabbit_vars() {
     4.0)
       NODE=warren-chaos4@localhost AMQP_PORT=5691 MGMT_PORT=15691 DIST_PORT=25691
       ROOT=$RABBIT4_ROOT DIR=/var/lib/warren-chaos/rabbit-4.0
-      [[ -d $ROOT ]] || die "the RabbitMQ 4.0 chroot $ROOT is not built; run: bash scripts/rabbitmq4.sh start" ;;
-    *) die "unknown broker '$1' (use 3.10 or 4.0)" ;;
+      [[ -d $ROOT ]] || die "the RabbitMQ 4.0 chroot $ROOT is not built; run: bash scripts/rabbitmq4.sh build 4.0" ;;
+    4.3)
+      NODE=warren-chaos43@localhost AMQP_PORT=5693 MGMT_PORT=15693 DIST_PORT=25693
+      ROOT=$RABBIT43_ROOT DIR=/var/lib/warren-chaos/rabbit-4.3
+      [[ -d $ROOT ]] || die "the RabbitMQ 4.3 chroot $ROOT is not built; run: bash scripts/rabbitmq4.sh build 4.3" ;;
+    *) die "unknown broker '$1' (use 3.10, 4.0 or 4.3)" ;;
   esac
   HOST_DIR=$ROOT$DIR
 }
 
 # Runs a RabbitMQ program (server, rabbitmqctl) as the rabbitmq user, with a
-# clean environment naming only this node's files, in the chroot for 4.0.
+# clean environment naming only this node's files, in the chroot for 4.x.
 # The Debian wrappers in /usr/sbin are bypassed: they write the startup log
 # of the machine's own node.
 as_rabbit() {
@@ -94,7 +102,7 @@ mgmt_ok() { curl -fsS -m 3 -u guest:guest "http://127.0.0.1:$MGMT_PORT/api/overv
 
 node_registered() { epmd -names 2>/dev/null | grep -q "^name ${NODE%@*} "; }
 
-# The 4.0 node needs /proc in the chroot. scripts/rabbitmq4.sh mounts it for
+# A 4.x node needs /proc in its chroot. scripts/rabbitmq4.sh mounts it for
 # the project's own node; mount it only when it is missing, under the same
 # lock that script takes.
 mount_chroot_proc() {
@@ -430,7 +438,7 @@ pg_clean() {
   rm -rf --one-file-system "$PGDIR"
 }
 
-USAGE="usage: $0 rabbit start|stop|restart|kill 3.10|4.0 | rabbit clean 3.10|4.0 [LOGDIR] | cluster start|stop | cluster clean [LOGDIR] | cluster stop-node|start-node|kill-node c1|c2|c3 | cluster restart-member c1|c2|c3 QUEUE | pg start|stop|restart PORT | pg clean PORT [LOGDIR]"
+USAGE="usage: $0 rabbit start|stop|restart|kill 3.10|4.0|4.3 | rabbit clean 3.10|4.0|4.3 [LOGDIR] | cluster start|stop | cluster clean [LOGDIR] | cluster stop-node|start-node|kill-node c1|c2|c3 | cluster restart-member c1|c2|c3 QUEUE | pg start|stop|restart PORT | pg clean PORT [LOGDIR]"
 case ${1:-}:${2:-} in
   rabbit:start) rabbit_vars "${3:-}"; rabbit_start ;;
   rabbit:stop) rabbit_vars "${3:-}"; rabbit_stop ;;
