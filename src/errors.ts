@@ -75,6 +75,15 @@ export function migrationHint(diff: TopologyDifference): string {
   if (diff.kind === 'exchange') {
     return `Exchange arguments cannot be changed in place: create a new exchange name in the declaration, or delete '${diff.name}' yourself when nothing depends on it. warren never deletes anything.`;
   }
+  if (diff.argument === 'x-queue-type') {
+    return (
+      `A queue's type cannot be changed in place. '${diff.name}' is ${show(diff.actual)} on the broker and the declaration wants ${show(diff.expected)}: ` +
+      `a queue declared without \`x-queue-type\` takes the vhost's default type, so on a vhost whose default is quorum an earlier declaration made it quorum. ` +
+      `To migrate: stop the consumers of '${diff.name}', move or drain its messages (a shovel, or \`warren parked replay\` for a parked queue; ` +
+      `on RabbitMQ 4.x a quorum queue drops a message after 20 returns unless it has a larger \`x-delivery-limit\`), ` +
+      `delete it yourself (\`rabbitmqctl delete_queue ${diff.name}\`), then declare again: warren declares every queue with its type. warren never deletes anything.`
+    );
+  }
   return (
     `Queue arguments cannot be changed in place. To migrate: stop the consumers of '${diff.name}', ` +
     `move or drain its messages (a shovel, or \`warren parked replay\` for a parked queue), ` +

@@ -3,6 +3,7 @@ import { closeChannel } from '../connection/channel.js';
 import { coalesceWrites } from '../connection/writes.js';
 import { InvalidOptionError } from '../errors.js';
 import type { QueueType } from '../topology/declaration.js';
+import { parkedQueueType } from '../topology/queue-type.js';
 import { QueueNotFoundError, WalkInterruptedError } from './errors.js';
 import { copyProperties, refreshHeaders, toParkedMessage, type ParkedMessage } from './message.js';
 
@@ -31,7 +32,13 @@ export type Verdict =
 /** Options of {@link walkParked}. */
 export interface WalkOptions {
   /**
-   * The queue's type, which decides how kept messages stay in order; see {@link walkParked}.
+   * The type the queue was declared with, which decides how kept messages stay in order;
+   * see {@link walkParked}. The walk follows the type the queue really has: before it
+   * starts, it declares the queue with warren's parked-queue arguments of this type (a
+   * no-op when they match) and, when the broker refuses, walks the queue as the type the
+   * broker names (see `parkedQueueType`). A classic walk of a quorum queue would hand every
+   * kept message back on each walk, and RabbitMQ 4.x drops a quorum message past its
+   * delivery limit.
    * @default 'classic'
    */
   queueType?: QueueType;
@@ -240,7 +247,9 @@ export async function walkParked(
   visit: (message: ParkedMessage) => Verdict | Promise<Verdict>,
   options: WalkOptions = {},
 ): Promise<WalkResult> {
-  const s = settings(options);
+  const declared = settings(options);
+  const real = await parkedQueueType(model, queue, declared.quorum ? 'quorum' : 'classic');
+  const s: Settings = real === 'quorum' === declared.quorum ? declared : { ...declared, quorum: real === 'quorum' };
   // A batch is hundreds of publishes and acknowledgements: one socket write, not one each.
   coalesceWrites(model);
   const ch = await model.createChannel();

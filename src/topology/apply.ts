@@ -2,7 +2,7 @@ import type * as amqp from 'amqplib';
 import { ExchangeNotFoundError, TopologyDriftError, type TopologyDifference } from '../errors.js';
 import type { ManagementClient } from '../management/client.js';
 import type { Topology } from './declaration.js';
-import { bindingName, diffBindings, diffArguments, topologySpec, unbindHint, type BindingSpec, type ExchangeSpec, type QueueSpec } from './plan.js';
+import { bindingName, diffBindings, diffArguments, QUEUE_TYPE_ARGUMENT, topologySpec, unbindHint, untypedClassic, type BindingSpec, type ExchangeSpec, type QueueSpec } from './plan.js';
 import { closeChannel } from '../connection/channel.js';
 
 /** What a plan found for one exchange, queue or binding. */
@@ -90,6 +90,33 @@ async function checkPassive(model: amqp.ChannelModel, topology: Topology, name: 
   }
 }
 
+/**
+ * Declares a queue of the topology on `ch`, and resolves with the channel to go on with.
+ * A queue that stores no type while the declaration says classic (see
+ * {@link untypedClassic}) is declared again without `x-queue-type`, on a new channel (the
+ * refusal closed the first): it is the same classic queue. Any other refusal is a
+ * {@link TopologyDriftError}.
+ */
+async function assertQueueSpec(model: amqp.ChannelModel, ch: amqp.Channel, q: QueueSpec): Promise<amqp.Channel> {
+  try {
+    await ch.assertQueue(q.name, { durable: true, arguments: { ...q.arguments } });
+    return ch;
+  } catch (error) {
+    const drift = asDrift(error, { kind: 'queue', name: q.name });
+    const first = drift?.differences[0];
+    if (drift === undefined || first === undefined || !untypedClassic(first)) throw drift ?? error;
+    const { [QUEUE_TYPE_ARGUMENT]: _type, ...untyped } = q.arguments;
+    const again = await probeChannel(model);
+    try {
+      await again.assertQueue(q.name, { durable: true, arguments: untyped });
+      return again;
+    } catch (error2) {
+      await closeChannel(again);
+      throw asDrift(error2, { kind: 'queue', name: q.name }) ?? error2;
+    }
+  }
+}
+
 function exchangeOptions(ex: ExchangeSpec): amqp.Options.AssertExchange {
   return Object.keys(ex.arguments).length ? { durable: ex.durable, arguments: { ...ex.arguments } } : { durable: ex.durable };
 }
@@ -104,7 +131,7 @@ function exchangeOptions(ex: ExchangeSpec): amqp.Options.AssertExchange {
 export async function declareTopology(model: amqp.ChannelModel, topology: Topology, only?: string): Promise<void> {
   const spec = topologySpec(topology);
   for (const ex of spec.exchanges) if (ex.passive) await checkPassive(model, topology, ex.name);
-  const ch = await probeChannel(model);
+  let ch = await probeChannel(model);
   try {
     for (const ex of spec.exchanges) {
       if (ex.passive) continue;
@@ -116,11 +143,7 @@ export async function declareTopology(model: amqp.ChannelModel, topology: Topolo
     }
     for (const q of spec.queues) {
       if (only !== undefined && q.consumer !== only) continue;
-      try {
-        await ch.assertQueue(q.name, { durable: true, arguments: { ...q.arguments } });
-      } catch (error) {
-        throw asDrift(error, { kind: 'queue', name: q.name }) ?? error;
-      }
+      ch = await assertQueueSpec(model, ch, q);
     }
     for (const b of spec.bindings) {
       if (only !== undefined && topology.consumer(only).queue !== b.queue) continue;
@@ -176,12 +199,11 @@ async function planByAmqp(model: amqp.ChannelModel, topology: Topology, exchange
       }
       // The queue exists, so declaring it creates nothing: either a no-op or a 406 naming a difference.
       try {
-        await ch.assertQueue(q.name, { durable: true, arguments: { ...q.arguments } });
+        ch = await assertQueueSpec(model, ch, q);
         entries.push({ kind: 'queue', name: q.name, status: 'ok', differences: [] });
       } catch (error) {
-        const drift = asDrift(error, { kind: 'queue', name: q.name });
-        if (!drift) throw error;
-        entries.push({ kind: 'queue', name: q.name, status: 'differs', differences: drift.differences });
+        if (!(error instanceof TopologyDriftError)) throw error;
+        entries.push({ kind: 'queue', name: q.name, status: 'differs', differences: error.differences });
         ch = await probeChannel(model);
       }
     }
@@ -233,7 +255,7 @@ async function planByManagement(api: ManagementClient, topology: Topology, excha
       entries.push({ kind: 'queue', name: q.name, status: 'create', differences: [] });
       continue;
     }
-    const differences: TopologyDifference[] = diffArguments(q.arguments, info.arguments ?? {}).map((d) => ({ kind: 'queue', name: q.name, ...d }));
+    const differences: TopologyDifference[] = diffArguments(q.arguments, info.arguments ?? {}, info.type).map((d) => ({ kind: 'queue', name: q.name, ...d }));
     if (info.durable === false) differences.push({ kind: 'queue', name: q.name, argument: 'durable', expected: true, actual: false });
     entries.push({ kind: 'queue', name: q.name, status: differences.length ? 'differs' : 'ok', differences });
   }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { defineTopology } from './declaration.js';
-import { diffArguments, diffBindings, topologySpec, unbindHint } from './plan.js';
+import { diffArguments, diffBindings, parkedQueueArguments, topologySpec, unbindHint, untypedClassic } from './plan.js';
 import { InvalidOptionError, UnknownConsumerError } from '../errors.js';
 
 describe('defineTopology', () => {
@@ -35,7 +35,7 @@ describe('topologySpec', () => {
     const t = defineTopology({ consumers: { billing: { bindings: ['order.*'], retry: { delays: [10, 20] } } } });
     const spec = topologySpec(t);
     const byName = new Map(spec.queues.map((q) => [q.name, q]));
-    expect(byName.get('billing.retry.10ms')?.arguments).toEqual({ 'x-message-ttl': 10, 'x-dead-letter-exchange': '', 'x-dead-letter-routing-key': 'billing' });
+    expect(byName.get('billing.retry.10ms')?.arguments).toEqual({ 'x-queue-type': 'classic', 'x-message-ttl': 10, 'x-dead-letter-exchange': '', 'x-dead-letter-routing-key': 'billing' });
     expect(byName.get('billing.retry.20ms')?.arguments['x-message-ttl']).toBe(20);
     expect(byName.get('billing')?.arguments['x-dead-letter-routing-key']).toBe('billing.parked');
     expect(spec.bindings).toEqual([{ exchange: 'warren.events', queue: 'billing', pattern: 'order.*' }]);
@@ -47,6 +47,18 @@ describe('topologySpec', () => {
     expect(retry?.arguments).toMatchObject({ 'x-queue-type': 'quorum', 'x-dead-letter-strategy': 'at-least-once' });
     expect(parked?.arguments).toEqual({ 'x-queue-type': 'quorum', 'x-delivery-limit': 1_000_000 });
   });
+  it('states the type of every queue, classic ones too (a vhost default must not choose it)', () => {
+    const t = defineTopology({ consumers: { a: { bindings: ['x'] }, b: { bindings: ['y'], queueType: 'quorum' } } });
+    for (const q of topologySpec(t).queues) expect(q.arguments['x-queue-type'], q.name).toBe(q.consumer === 'b' ? 'quorum' : 'classic');
+    expect(parkedQueueArguments('classic')).toEqual({ 'x-queue-type': 'classic' });
+  });
+  it('uses none of the arguments RabbitMQ 4.3 refuses or ignores (x-queue-mode, x-queue-version)', () => {
+    const t = defineTopology({ consumers: { a: { bindings: ['x'] }, b: { bindings: ['y'], queueType: 'quorum' } } });
+    for (const q of topologySpec(t).queues) {
+      expect(q.arguments, q.name).not.toHaveProperty('x-queue-mode');
+      expect(q.arguments, q.name).not.toHaveProperty('x-queue-version');
+    }
+  });
 });
 
 describe('diffArguments', () => {
@@ -56,6 +68,25 @@ describe('diffArguments', () => {
       { argument: 'x-message-ttl', expected: 5000, actual: 100 },
     ]);
     expect(diffArguments({}, { 'x-queue-type': 'classic' })).toEqual([]);
+  });
+  it('compares the type the queue really has, a queue that stores none being classic', () => {
+    // RabbitMQ 3.10 stores no type for a queue declared without one; 4.x stores the type it chose.
+    expect(diffArguments({ 'x-queue-type': 'classic' }, {}, 'classic')).toEqual([]);
+    expect(diffArguments({ 'x-queue-type': 'classic' }, {})).toEqual([]);
+    expect(diffArguments({ 'x-queue-type': 'classic' }, { 'x-queue-type': 'classic' }, 'classic')).toEqual([]);
+    // Made quorum by a vhost whose default type is quorum.
+    expect(diffArguments({ 'x-queue-type': 'classic' }, { 'x-queue-type': 'quorum' }, 'quorum')).toEqual([{ argument: 'x-queue-type', expected: 'classic', actual: 'quorum' }]);
+    expect(diffArguments({ 'x-queue-type': 'classic' }, { 'x-queue-type': 'quorum' })).toEqual([{ argument: 'x-queue-type', expected: 'classic', actual: 'quorum' }]);
+    // The real type wins over the stored argument.
+    expect(diffArguments({ 'x-queue-type': 'quorum' }, {}, 'stream')).toEqual([{ argument: 'x-queue-type', expected: 'quorum', actual: 'stream' }]);
+    // Exchanges have no type argument: nothing is compared.
+    expect(diffArguments({ 'alternate-exchange': 'x' }, { 'alternate-exchange': 'x' })).toEqual([]);
+  });
+  it('takes a refusal for an untyped queue declared classic as the same queue, and no other', () => {
+    expect(untypedClassic({ argument: 'x-queue-type', expected: 'classic', actual: undefined })).toBe(true);
+    expect(untypedClassic({ argument: 'x-queue-type', expected: 'classic', actual: 'quorum' })).toBe(false);
+    expect(untypedClassic({ argument: 'x-queue-type', expected: 'quorum', actual: undefined })).toBe(false);
+    expect(untypedClassic({ argument: 'x-message-ttl', expected: 'classic', actual: undefined })).toBe(false);
   });
 });
 

@@ -1,4 +1,4 @@
-import type { ArgumentValue, ConsumerTopology, ExchangeType, Topology } from './declaration.js';
+import type { ArgumentValue, ConsumerTopology, ExchangeType, QueueType, Topology } from './declaration.js';
 
 /** Queue arguments as sent to the broker. */
 export type QueueArguments = Readonly<Record<string, string | number>>;
@@ -39,16 +39,33 @@ export interface TopologySpec {
   readonly bindings: readonly BindingSpec[];
 }
 
+/** The queue argument that says a queue's type. */
+export const QUEUE_TYPE_ARGUMENT = 'x-queue-type';
+
 /**
  * Quorum queues dead-letter at-least-once only with `reject-publish` overflow;
  * without it the broker's own dead-lettering may drop a message.
  */
 function quorumArgs(): Record<string, string> {
-  return { 'x-queue-type': 'quorum', 'x-dead-letter-strategy': 'at-least-once', 'x-overflow': 'reject-publish' };
+  return { 'x-dead-letter-strategy': 'at-least-once', 'x-overflow': 'reject-publish' };
 }
 
 /** Delivery limit of a quorum parked queue: high enough never to be reached by reads. */
 export const PARKED_DELIVERY_LIMIT = 1_000_000;
+
+/**
+ * The arguments of a parked queue of this type. Every queue states its type: a queue
+ * declared without one takes the vhost's default type (`default_queue_type`), and on a
+ * vhost whose default is quorum a classic parked queue would become a quorum queue
+ * with the broker's default delivery limit (20 on RabbitMQ 4.x), past which reads drop
+ * its messages.
+ */
+export function parkedQueueArguments(type: QueueType): QueueArguments {
+  // Nothing consumes a parked queue, but reading one returns messages to it; RabbitMQ 4
+  // gives quorum queues a delivery limit of 20 and past it drops a message that has no
+  // dead-letter target. A parked message must outlive any number of reads.
+  return type === 'quorum' ? { [QUEUE_TYPE_ARGUMENT]: 'quorum', 'x-delivery-limit': PARKED_DELIVERY_LIMIT } : { [QUEUE_TYPE_ARGUMENT]: 'classic' };
+}
 
 /** The queues of one consumer. Pure: the same declaration gives the same arguments. */
 export function consumerQueues(c: ConsumerTopology): QueueSpec[] {
@@ -56,6 +73,7 @@ export function consumerQueues(c: ConsumerTopology): QueueSpec[] {
   // The work queue dead-letters to the parked queue, so anything the broker itself
   // dead-letters (the quorum delivery limit of a crash loop) is kept, never dropped.
   const work: Record<string, string | number> = {
+    [QUEUE_TYPE_ARGUMENT]: c.queueType,
     'x-dead-letter-exchange': '',
     'x-dead-letter-routing-key': c.parkedQueue,
   };
@@ -65,6 +83,7 @@ export function consumerQueues(c: ConsumerTopology): QueueSpec[] {
     // Each tier has its own TTL: expiry only happens at a queue's head, so one
     // shared queue with per-message TTLs would hold a short delay behind a long one.
     const args: Record<string, string | number> = {
+      [QUEUE_TYPE_ARGUMENT]: c.queueType,
       'x-message-ttl': ms,
       'x-dead-letter-exchange': '',
       'x-dead-letter-routing-key': c.queue,
@@ -72,10 +91,7 @@ export function consumerQueues(c: ConsumerTopology): QueueSpec[] {
     if (quorum) Object.assign(args, quorumArgs());
     specs.push({ name: c.retryQueues[i] as string, role: 'retry', consumer: c.name, arguments: args });
   });
-  // Nothing consumes a parked queue, but reading one returns messages to it; RabbitMQ 4
-  // gives quorum queues a delivery limit of 20 and past it drops a message that has no
-  // dead-letter target. A parked message must outlive any number of reads.
-  specs.push({ name: c.parkedQueue, role: 'parked', consumer: c.name, arguments: quorum ? { 'x-queue-type': 'quorum', 'x-delivery-limit': PARKED_DELIVERY_LIMIT } : {} });
+  specs.push({ name: c.parkedQueue, role: 'parked', consumer: c.name, arguments: parkedQueueArguments(c.queueType) });
   return specs;
 }
 
@@ -96,20 +112,42 @@ export function topologySpec(topology: Topology): TopologySpec {
 /**
  * Compares wanted queue arguments with what the broker reports, argument by argument.
  * Numbers and numeric strings compare by value (the management API reports numbers).
+ *
+ * A queue's type is compared as a type, not as an argument: `realType` is the type the
+ * broker reports for the queue (the management API's `type`), and a queue that stores
+ * no `x-queue-type` is classic (RabbitMQ 3.x keeps none for a queue declared without
+ * one; 4.x writes the type it gave the queue). So a queue declared before warren stated
+ * types, on a vhost whose default is classic, matches `x-queue-type: classic`; one that
+ * the vhost's default made quorum differs, and is reported.
  */
-export function diffArguments(wanted: Readonly<Record<string, string | number | boolean>>, actual: Readonly<Record<string, unknown>>): Array<{ argument: string; expected: unknown; actual: unknown }> {
+export function diffArguments(wanted: Readonly<Record<string, string | number | boolean>>, actual: Readonly<Record<string, unknown>>, realType?: string): Array<{ argument: string; expected: unknown; actual: unknown }> {
   const keys = new Set([...Object.keys(wanted), ...Object.keys(actual)]);
   const out: Array<{ argument: string; expected: unknown; actual: unknown }> = [];
   for (const key of [...keys].sort()) {
+    if (key === QUEUE_TYPE_ARGUMENT) continue;
     const w = wanted[key];
     const a = actual[key];
-    // A classic queue may report x-queue-type 'classic' where none was declared.
-    if (key === 'x-queue-type' && w === undefined && a === 'classic') continue;
     if (w === undefined && a === undefined) continue;
     if (w !== undefined && a !== undefined && String(w) === String(a)) continue;
     out.push({ argument: key, expected: w, actual: a });
   }
+  if (keys.has(QUEUE_TYPE_ARGUMENT) || realType !== undefined) {
+    const expected = wanted[QUEUE_TYPE_ARGUMENT] ?? 'classic';
+    const stored = actual[QUEUE_TYPE_ARGUMENT];
+    const real = realType ?? (stored === undefined ? 'classic' : stored);
+    if (String(expected) !== String(real)) out.push({ argument: QUEUE_TYPE_ARGUMENT, expected, actual: real });
+  }
   return out;
+}
+
+/**
+ * True when a refused declaration says only that the queue stores no type while the
+ * declaration says classic (`received 'classic' but current is none`): the queue is
+ * classic, declared before warren stated types on a broker that keeps no type for such
+ * a queue. Declaring it again without `x-queue-type` is then the same declaration.
+ */
+export function untypedClassic(difference: { readonly argument: string; readonly expected: unknown; readonly actual: unknown }): boolean {
+  return difference.argument === QUEUE_TYPE_ARGUMENT && difference.expected === 'classic' && difference.actual === undefined;
 }
 
 /** A binding as the management API reports it (the fields warren reads). */
