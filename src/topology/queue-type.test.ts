@@ -181,7 +181,7 @@ describe('upgrading a deployment whose queues were declared without a type', () 
 describe('what RabbitMQ 4.3 refuses by default', () => {
   it('declares and uses no transient non-exclusive queue, no x-queue-mode or x-queue-version, no global QoS', async () => {
     // A vhost of its own, so that every queue and channel on it is this test's.
-    const { vhost, url, management } = await quorumDefaultVhost();
+    const { vhost, url } = await quorumDefaultVhost();
     const topology = shopTopology();
     const { Warren, PermanentError } = await import('../index.js');
     const warren = await Warren.connect({ url, topology, connectTimeoutMs: 5000 });
