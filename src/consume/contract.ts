@@ -84,8 +84,10 @@ export type Decision = { readonly notes?: readonly DecisionNote[] } & (
   | { readonly kind: 'move-back'; readonly redeliveries: number; readonly attempts: number; readonly error: unknown }
   /**
    * Put the message back in its queue unchanged. `blip`: its redelivery is no death (a
-   * confirmed copy, else a nack with requeue); otherwise a nack with requeue that the
-   * crash-loop guard counts, so a message that can never be moved is not run without end.
+   * confirmed copy, else a nack with requeue); otherwise a reject with requeue that the
+   * crash-loop guard counts, so a message that can never be moved is not run without end
+   * (every broker counts a reject in a quorum queue's `x-delivery-count`; RabbitMQ 4.3
+   * counts no nack).
    */
   | { readonly kind: 'requeue'; readonly blip: boolean }
 );
@@ -240,9 +242,12 @@ function retryUncounted(consumer: ConsumerTopology, error: unknown, failed: numb
 
 /**
  * A redelivered message had no outcome last time: the process died on it, or the
- * channel closed. Quorum queues count deliveries themselves (`x-delivery-count`); on a
- * classic queue warren counts them in `warren-redeliveries`, moving the message to the
- * back of its queue each time.
+ * channel closed. Quorum queues count deliveries themselves (`x-delivery-count`: on
+ * RabbitMQ 3.10 and 4.0 every return, on 4.3 a reject or a consumer that went away but
+ * not a nack; never `x-acquired-count`, which on 4.3 counts every delivery, a walk's or
+ * a shutdown's included); on a classic queue warren counts them in `warren-redeliveries`,
+ * moving the message to the back of its queue each time. The type is the declared one,
+ * which is the queue's own: every queue is declared with its `x-queue-type`.
  */
 function crashLoopGuard<T>(input: DecisionInput<T>, seenInFlight: boolean): Decision {
   if (seenInFlight) return { kind: 'run' };

@@ -67,13 +67,17 @@ export class Settler<T, Tx> {
   }
 
   /**
-   * Nacks with requeue. `asBlip`: its redelivery is no death (a message never started);
-   * otherwise (a move that kept failing, a failure path that threw) the crash-loop guard
-   * counts it, so a message that can never be moved is not run again without end.
+   * Gives the delivery back to its queue. `asBlip`: its redelivery is no death (a message
+   * never started): a nack with requeue. Otherwise (a move that kept failing, a failure
+   * path that threw) the crash-loop guard must count it, so a message that can never be
+   * moved is not run again without end: a reject with requeue, which every broker counts
+   * in a quorum queue's `x-delivery-count` and delivery limit (RabbitMQ 4.3 does not count
+   * a nack; docs/brokers.md).
    */
   requeue(d: Delivery, asBlip = true): void {
     try {
-      d.ch.nack(d.msg, false, true);
+      if (asBlip) d.ch.nack(d.msg, false, true);
+      else d.ch.reject(d.msg, true);
       d.settled = true;
       if (asBlip) this.parts.blips.remember(d.msg);
       this.count({ kind: 'requeued', messageId: idOf(d) }, d);

@@ -36,7 +36,7 @@ describe('describeFailure never throws and stays bounded', () => {
 });
 
 describe('broker headers are never copied', () => {
-  const broker = { 'x-death': ['a', 5], 'x-first-death-queue': 'q', 'x-first-death-reason': 'r', 'x-last-death-exchange': 'e', 'x-delivery-count': 3 };
+  const broker = { 'x-death': ['a', 5], 'x-first-death-queue': 'q', 'x-first-death-reason': 'r', 'x-last-death-exchange': 'e', 'x-delivery-count': 3, 'x-acquired-count': 7 };
   it('copyProperties drops them, whoever calls it', () => {
     for (const k of Object.keys(broker)) expect(isBrokerHeader(k)).toBe(true);
     for (const k of ['x-custom', 'x', '', 'X-death', 'y-death', 'x-deaths', 'x-first-death', 'xx-death']) expect(isBrokerHeader(k)).toBe(false);

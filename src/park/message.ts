@@ -260,17 +260,17 @@ export function attemptHistory(m: ParkedMessage): HistoryEntry[] {
 }
 
 /** Headers the broker writes for its own bookkeeping: a copy warren publishes never carries them. */
-export const BROKER_HEADERS = ['x-death', 'x-first-death-queue', 'x-first-death-reason', 'x-first-death-exchange', 'x-last-death-queue', 'x-last-death-reason', 'x-last-death-exchange', 'x-delivery-count'];
+export const BROKER_HEADERS = ['x-death', 'x-first-death-queue', 'x-first-death-reason', 'x-first-death-exchange', 'x-last-death-queue', 'x-last-death-reason', 'x-last-death-exchange', 'x-delivery-count', 'x-acquired-count'];
 
 /**
- * True for a header the broker owns: `x-death`, `x-first-death-*`, `x-last-death-*` and
- * `x-delivery-count`. A copy that carried a forged or malformed `x-death` crashes a
+ * True for a header the broker owns: `x-death`, `x-first-death-*`, `x-last-death-*`,
+ * `x-delivery-count` and (RabbitMQ 4.3) `x-acquired-count`. A copy that carried a forged or malformed `x-death` crashes a
  * RabbitMQ 3.10 queue when the copy is dead-lettered again (a retry tier's TTL).
  */
 export function isBrokerHeader(name: string): boolean {
   // Every one starts "x-": most names are ruled out by their first character.
   if (name.charCodeAt(0) !== 0x78 || name.charCodeAt(1) !== 0x2d) return false;
-  return name === 'x-death' || name === 'x-delivery-count' || name.startsWith('x-first-death-') || name.startsWith('x-last-death-');
+  return name === 'x-death' || name === 'x-delivery-count' || name === 'x-acquired-count' || name.startsWith('x-first-death-') || name.startsWith('x-last-death-');
 }
 
 /** True when `headers` holds one of the broker's own headers ({@link isBrokerHeader}). */
