@@ -9,6 +9,7 @@ import type { IdempotencyGuard } from '../consume/types.js';
 import type { StoreSchemaError, StoreUnavailableError } from '../errors.js';
 import type { PublishOptions } from '../publish/publisher.js';
 import type { RetryTable } from '../retry-table/index.js';
+import type { ArchiveStore } from './archive.js';
 import type { OutboxRelay, OutboxRelayOptions } from './outbox-relay.js';
 import type { GuardStats, MigrationReport, OutboxFailure, OutboxLag, OutboxReceipt, PruneOptions, PruneResult, StoreBackend, StoreTables } from './types.js';
 
@@ -80,6 +81,12 @@ export interface Store<Tx> {
   processed(consumer: string, messageIds: readonly string[]): Promise<Set<string>>;
   /** The record of operators' actions (replays, purges, releases), in this database: append-only, never pruned. */
   readonly actions: ActionLog;
+  /**
+   * The failure archive's tables: every parked message, one row per parking (see
+   * docs/archive.md). An ingester fills them (`Warren.connect({ archive })`, or
+   * `warren archive`); `new Archive(store)` reads and acts on them.
+   */
+  readonly archive: ArchiveStore;
   /**
    * Runs `work` in a transaction and commits it, or rolls back and rethrows. Throws
    * {@link StoreUnavailableError} when the database cannot be reached.

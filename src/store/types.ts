@@ -15,7 +15,7 @@ export interface StoreOptions {
   /**
    * Prefix of warren's table names: `<prefix>processed` (idempotency markers),
    * `<prefix>outbox`, `<prefix>retry`, `<prefix>retry_holds`, `<prefix>retry_audit`,
-   * `<prefix>actions` and `<prefix>migrations`. Letters, digits and `_`, starting with a
+   * `<prefix>actions`, `<prefix>archive` (with `_payload`, `_headers`, `_groups` and, on SQLite, `_search`) and `<prefix>migrations`. Letters, digits and `_`, starting with a
    * letter or `_`, at most 40 characters.
    * @default 'warren_'
    */
@@ -70,6 +70,16 @@ export interface StoreTables {
   readonly retryAudit: string;
   /** Operators' actions (replays, purges, releases…): see `src/audit`. */
   readonly actions: string;
+  /** The failure archive: one row per parking of a message, its failure in columns. */
+  readonly archive: string;
+  /** Each archive row's headers, properties, stack and body. */
+  readonly archivePayload: string;
+  /** Each archive row's searchable header values. */
+  readonly archiveHeaders: string;
+  /** Rows per consumer, state and fingerprint: the archive's exact counts and groups. */
+  readonly archiveGroups: string;
+  /** SQLite's full-text index of archived bodies (FTS5); PostgreSQL indexes the payload table instead. */
+  readonly archiveSearch: string;
 }
 
 /** What `Store.migrate` did. */

@@ -6,6 +6,8 @@ interface Migration {
   readonly version: number;
   readonly name: string;
   statements(t: StoreTables, prefix: string): string[];
+  /** Steps that depend on the server (an extension), after the statements, in the same transaction. */
+  run?(client: PgClient, t: StoreTables, prefix: string): Promise<void>;
 }
 
 /**
@@ -112,6 +114,95 @@ export const MIGRATIONS: readonly Migration[] = [
       `CREATE INDEX "${p}actions_at" ON ${t.actions} (at)`,
     ],
   },
+  {
+    version: 4,
+    name: 'failure archive',
+    // As on SQLite: a narrow row, its bytes in the payload table (a text body as text, so
+    // full-text search can index it), the searchable header values with the failure time,
+    // and exact counts per consumer, state and fingerprint.
+    statements: (t, p) => [
+      `CREATE TABLE ${t.archive} (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        consumer text NOT NULL,
+        identity text NOT NULL,
+        message_id text,
+        routing_key text NOT NULL,
+        exchange text,
+        error_class text,
+        error_message text,
+        reason text,
+        attempts integer,
+        replays integer NOT NULL DEFAULT 0,
+        fingerprint text NOT NULL,
+        failed_at timestamptz NOT NULL,
+        parked_at timestamptz,
+        archived_at timestamptz NOT NULL,
+        state text NOT NULL DEFAULT 'open',
+        claim_owner text,
+        claim_until timestamptz,
+        replay_count integer NOT NULL DEFAULT 0,
+        replayed_at timestamptz,
+        replayed_by text,
+        resolved_at timestamptz,
+        resolved_by text,
+        resolve_reason text,
+        viewed_at timestamptz,
+        body_bytes integer NOT NULL,
+        not_indexed text,
+        UNIQUE (consumer, identity)
+      )`,
+      `CREATE INDEX "${p}archive_time" ON ${t.archive} (consumer, failed_at, id)`,
+      `CREATE INDEX "${p}archive_group" ON ${t.archive} (consumer, state, fingerprint, failed_at, id)`,
+      `CREATE INDEX "${p}archive_message" ON ${t.archive} (consumer, message_id) WHERE message_id IS NOT NULL`,
+      `CREATE TABLE ${t.archivePayload} (
+        id bigint PRIMARY KEY,
+        error_stack text,
+        headers text NOT NULL,
+        properties text NOT NULL,
+        body bytea,
+        body_text text
+      )`,
+      `CREATE INDEX "${p}archive_body" ON ${t.archivePayload} USING gin (to_tsvector('simple', left(body_text, 65536)))`,
+      `CREATE TABLE ${t.archiveHeaders} (
+        consumer text NOT NULL,
+        name text NOT NULL,
+        value text NOT NULL,
+        failed_at timestamptz NOT NULL,
+        row_id bigint NOT NULL,
+        PRIMARY KEY (consumer, name, value, failed_at, row_id)
+      )`,
+      `CREATE INDEX "${p}archive_headers_row" ON ${t.archiveHeaders} (row_id)`,
+      `CREATE TABLE ${t.archiveGroups} (
+        consumer text NOT NULL,
+        state text NOT NULL,
+        fingerprint text NOT NULL,
+        count bigint NOT NULL,
+        bytes bigint NOT NULL,
+        first_at timestamptz,
+        last_at timestamptz,
+        error_class text,
+        sample_message text,
+        sample_id bigint,
+        PRIMARY KEY (consumer, state, fingerprint)
+      )`,
+    ],
+    // Error-text search by trigram when pg_trgm can be had: created if missing (a trusted
+    // extension since PostgreSQL 13, so a database owner may), else the archive scans.
+    async run(client, t, p) {
+      await client.query('SAVEPOINT warren_trgm');
+      try {
+        await client.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', ['warren.extension:pg_trgm']);
+        await client.query('CREATE EXTENSION IF NOT EXISTS pg_trgm');
+        const { rows } = await client.query<{ schema: string }>("SELECT n.nspname AS schema FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_trgm'");
+        const schema = rows[0]?.schema;
+        if (schema === undefined) throw new Error('pg_trgm is not installed');
+        await client.query(`CREATE INDEX "${p}archive_error" ON ${t.archive} USING gin (error_message "${schema.replace(/"/g, '""')}".gin_trgm_ops)`);
+        await client.query('RELEASE SAVEPOINT warren_trgm');
+      } catch {
+        await client.query('ROLLBACK TO SAVEPOINT warren_trgm');
+      }
+    },
+  },
 ];
 
 /** The newest version this code knows. */
@@ -137,6 +228,7 @@ export async function applyMigrations(client: PgClient, t: StoreTables, prefix: 
     for (const m of MIGRATIONS) {
       if (done.has(m.version)) continue;
       for (const sql of m.statements(t, prefix)) await client.query(sql);
+      await m.run?.(client, t, prefix);
       await client.query(`INSERT INTO ${t.migrations} (version, name) VALUES ($1, $2)`, [m.version, m.name]);
       applied.push(m.version);
     }

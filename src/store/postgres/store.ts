@@ -15,6 +15,7 @@ import { isUnavailable, mapError } from './errors.js';
 import { PostgresIdempotencyGuard, type PostgresGuardOptions } from './idempotency.js';
 import { applyMigrations, LATEST, schemaVersion } from './migrations.js';
 import { PostgresActionLog } from './actions.js';
+import { PostgresArchive } from './archive.js';
 import { PostgresOutbox, PostgresRelayDriver } from './outbox.js';
 import { PostgresPruneDriver } from './prune.js';
 import { PostgresRetryTableDriver } from './retry-table.js';
@@ -38,6 +39,7 @@ export class PostgresStoreImpl<C extends PgClient = PgClient> implements Postgre
   readonly outbox: PostgresOutbox<C>;
   readonly retryTable: RetryTable;
   readonly actions: PostgresActionLog<C>;
+  readonly archive: PostgresArchive<C>;
   readonly channel: string | undefined;
   readonly listenChannel: string;
   readonly options: ResolvedStoreOptions;
@@ -76,6 +78,11 @@ export class PostgresStoreImpl<C extends PgClient = PgClient> implements Postgre
       retryHolds: q('retry_holds'),
       retryAudit: q('retry_audit'),
       actions: q('actions'),
+      archive: q('archive'),
+      archivePayload: q('archive_payload'),
+      archiveHeaders: q('archive_headers'),
+      archiveGroups: q('archive_groups'),
+      archiveSearch: q('archive_search'),
     });
     // A channel is an identifier (at most 63 bytes); long names are hashed to fit.
     const channel = `${this.schema === undefined ? '' : `${this.schema}.`}${p}outbox`;
@@ -83,6 +90,7 @@ export class PostgresStoreImpl<C extends PgClient = PgClient> implements Postgre
     this.channel = options.notify === false ? undefined : this.listenChannel;
     this.outbox = new PostgresOutbox<C>(this);
     this.actions = new PostgresActionLog<C>(this);
+    this.archive = new PostgresArchive<C>(this);
     this.retryTable = new RetryTable({ driver: new PostgresRetryTableDriver<C>(this), relay: (o) => this.relay(o), logger: this.options.logger });
     this.pruner = new PruneSchedule(() => this.prune(), this.options.pruneIntervalMs, this.options.logger, 'postgres');
   }

@@ -24,6 +24,8 @@ export interface SqliteDatabase {
   readonly memory: boolean;
   /** Closes the connection. */
   close(): unknown;
+  /** Registers a function SQL can call (the archive's pattern and topic matching need it). */
+  function?(name: string, options: { deterministic?: boolean; varargs?: boolean }, fn: (...args: never[]) => unknown): unknown;
 }
 
 /** Options of {@link openSqlite}. */

@@ -114,6 +114,80 @@ export const MIGRATIONS: readonly Migration[] = [
       `CREATE INDEX "${p}actions_at" ON ${t.actions} (at)`,
     ],
   },
+  {
+    version: 4,
+    name: 'failure archive',
+    // The archive row is narrow (what lists, filters and counts read); the bytes are in the
+    // payload table. A text body is kept as text (the same bytes) so that it can be
+    // searched; any other body as a BLOB. The group table holds exact counts per consumer,
+    // state and fingerprint, changed in the same transaction as the rows.
+    statements: (t, p) => [
+      `CREATE TABLE ${t.archive} (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        consumer TEXT NOT NULL,
+        identity TEXT NOT NULL,
+        message_id TEXT,
+        routing_key TEXT NOT NULL,
+        exchange TEXT,
+        error_class TEXT,
+        error_message TEXT,
+        reason TEXT,
+        attempts INTEGER,
+        replays INTEGER NOT NULL DEFAULT 0,
+        fingerprint TEXT NOT NULL,
+        failed_at INTEGER NOT NULL,
+        parked_at INTEGER,
+        archived_at INTEGER NOT NULL,
+        state TEXT NOT NULL DEFAULT 'open',
+        claim_owner TEXT,
+        claim_until INTEGER,
+        replay_count INTEGER NOT NULL DEFAULT 0,
+        replayed_at INTEGER,
+        replayed_by TEXT,
+        resolved_at INTEGER,
+        resolved_by TEXT,
+        resolve_reason TEXT,
+        viewed_at INTEGER,
+        body_bytes INTEGER NOT NULL,
+        not_indexed TEXT,
+        UNIQUE (consumer, identity)
+      )`,
+      `CREATE INDEX "${p}archive_time" ON ${t.archive} (consumer, failed_at, id)`,
+      `CREATE INDEX "${p}archive_group" ON ${t.archive} (consumer, state, fingerprint, failed_at, id)`,
+      `CREATE INDEX "${p}archive_message" ON ${t.archive} (consumer, message_id) WHERE message_id IS NOT NULL`,
+      `CREATE TABLE ${t.archivePayload} (
+        id INTEGER PRIMARY KEY,
+        error_stack TEXT,
+        headers TEXT NOT NULL,
+        properties TEXT NOT NULL,
+        body BLOB,
+        body_text TEXT
+      )`,
+      `CREATE TABLE ${t.archiveHeaders} (
+        consumer TEXT NOT NULL,
+        name TEXT NOT NULL,
+        value TEXT NOT NULL,
+        failed_at INTEGER NOT NULL,
+        row_id INTEGER NOT NULL,
+        PRIMARY KEY (consumer, name, value, failed_at, row_id)
+      ) WITHOUT ROWID`,
+      `CREATE INDEX "${p}archive_headers_row" ON ${t.archiveHeaders} (row_id)`,
+      `CREATE TABLE ${t.archiveGroups} (
+        consumer TEXT NOT NULL,
+        state TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        count INTEGER NOT NULL,
+        bytes INTEGER NOT NULL,
+        first_at INTEGER,
+        last_at INTEGER,
+        error_class TEXT,
+        sample_message TEXT,
+        sample_id INTEGER,
+        PRIMARY KEY (consumer, state, fingerprint)
+      ) WITHOUT ROWID`,
+      `CREATE VIRTUAL TABLE ${t.archiveSearch} USING fts5(body, content='', contentless_delete=1)`,
+    ],
+  },
 ];
 
 /** The newest version this code knows. */

@@ -19,6 +19,7 @@ import { isBusy, mapError } from './errors.js';
 import { SqliteIdempotencyGuard } from './idempotency.js';
 import { applyMigrations, appliedVersions, LATEST } from './migrations.js';
 import { SqliteActionLog } from './actions.js';
+import { SqliteArchive } from './archive.js';
 import { SqliteOutboxImpl, SqliteRelayDriver } from './outbox.js';
 import { SqlitePruneDriver } from './prune.js';
 import { SqliteRetryTableDriver } from './retry-table.js';
@@ -46,6 +47,7 @@ export class SqliteStoreImpl<DB extends SqliteDatabase = SqliteDatabase> impleme
   readonly outbox: SqliteOutboxImpl<DB>;
   readonly retryTable: RetryTable;
   readonly actions: SqliteActionLog<DB>;
+  readonly archive: SqliteArchive<DB>;
   readonly events = new EventEmitter();
   private readonly options: ResolvedStoreOptions;
   private readonly busyTimeoutMs: number;
@@ -83,9 +85,15 @@ export class SqliteStoreImpl<DB extends SqliteDatabase = SqliteDatabase> impleme
       retryHolds: `"${p}retry_holds"`,
       retryAudit: `"${p}retry_audit"`,
       actions: `"${p}actions"`,
+      archive: `"${p}archive"`,
+      archivePayload: `"${p}archive_payload"`,
+      archiveHeaders: `"${p}archive_headers"`,
+      archiveGroups: `"${p}archive_groups"`,
+      archiveSearch: `"${p}archive_search"`,
     });
     this.outbox = new SqliteOutboxImpl<DB>(this);
     this.actions = new SqliteActionLog<DB>(this);
+    this.archive = new SqliteArchive<DB>(this);
     this.retryTable = new RetryTable({ driver: new SqliteRetryTableDriver<DB>(this), relay: (o) => this.relay(o), logger: this.options.logger });
     this.pruner = new PruneSchedule(() => this.prune(), this.options.pruneIntervalMs, this.options.logger, 'sqlite');
   }
