@@ -42,6 +42,22 @@ export interface WarrenOptions extends ConnectionOptions {
 }
 
 /**
+ * Refuses a consumer whose handler declares it needs a transaction (`requiresTx`) when
+ * no idempotency guard gives it one.
+ */
+export function checkRequiresTx(consumer: string, options: { readonly requiresTx?: boolean; readonly idempotency?: unknown }): void {
+  const { requiresTx } = options;
+  if (requiresTx !== undefined && typeof requiresTx !== 'boolean') throw new InvalidOptionError('requiresTx', `expected true or false, got ${JSON.stringify(requiresTx)}`);
+  if (requiresTx === true && options.idempotency === undefined) {
+    throw new InvalidOptionError(
+      'requiresTx',
+      `consumer '${consumer}' has a handler that needs a transaction (ctx.tx), but no idempotency guard gives it one`,
+      'Pass { idempotency: store.idempotency() } (a store from warren/sqlite or warren/postgres), whose transaction the handler gets as ctx.tx; or drop requiresTx if the handler does not use ctx.tx.',
+    );
+  }
+}
+
+/**
  * Two connections (consumers, publishes), the topology, a publisher and any number of consumers.
  *
  * @example
@@ -186,9 +202,20 @@ export class Warren extends EventEmitter {
     return this.publisher.publish(routingKey, payload, options);
   }
 
-  /** Starts consuming the work queue of a declared consumer. */
-  async consume<T = unknown, Tx = undefined>(name: string, handler: Handler<T, Tx>, options: ConsumerOptions<T, Tx> = {}): Promise<Consumer<T, Tx>> {
+  /**
+   * Starts consuming the work queue of a declared consumer. The handler's context has
+   * `tx` only with an `idempotency` guard, typed as that guard's transaction: `Tx` comes
+   * from the options, never from the handler, so a handler that needs a transaction does
+   * not compile without a guard. At run time, `requiresTx: true` refuses the same mistake.
+   *
+   * @example
+   * await warren.consume('receipts', async (paid: Paid, ctx) => {
+   *   await ctx.tx.query('INSERT INTO receipts (order_id) VALUES ($1)', [paid.orderId]);
+   * }, { idempotency: store.idempotency(), requiresTx: true });
+   */
+  async consume<T = unknown, Tx = undefined>(name: string, handler: Handler<T, NoInfer<Tx>>, options: ConsumerOptions<T, Tx> = {}): Promise<Consumer<T, Tx>> {
     if (this.closed) throw new ClosedError('This Warren');
+    checkRequiresTx(name, options);
     const consumer = new Consumer<T, Tx>(this.connection, this.mover, this.topology, this.topology.consumer(name), handler, { logger: this.logger, ...options });
     this.emit('consumer', consumer);
     // Listed before it starts, so a close() during its start closes it too.

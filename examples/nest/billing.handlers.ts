@@ -26,7 +26,7 @@ export class BillingHandlers {
    * a timeout) is retried on the delay ladder; a declined card is parked at once.
    */
   @WarrenConsumer<OrderPlaced>('billing', { schema: orderPlaced, concurrency: 2 })
-  async charge(order: OrderPlaced, ctx: MessageContext<pg.PoolClient>): Promise<void> {
+  async charge(order: OrderPlaced, ctx: MessageContext): Promise<void> {
     const messageId = ctx.messageId ?? order.orderId; // the guard parks messages without an id
     const chargeId = await this.payments.charge(order, messageId, ctx.signal);
     // An id made from this message's: a retry after a lost ack publishes the same id,
@@ -34,8 +34,11 @@ export class BillingHandlers {
     await this.warren.publish('order.paid', { ...order, chargeId } satisfies OrderPaid, { messageId: `${messageId}.paid` });
   }
 
-  /** Records the receipt in the guard's transaction: the row and the done-marker commit together. */
-  @WarrenConsumer<OrderPaid>('receipts')
+  /**
+   * Records the receipt in the guard's transaction: the row and the done-marker commit
+   * together. `requiresTx` types `ctx.tx` and has the module refuse to start without a store.
+   */
+  @WarrenConsumer<OrderPaid>('receipts', { requiresTx: true })
   async record(paid: OrderPaid, ctx: MessageContext<pg.PoolClient>): Promise<void> {
     await ctx.tx.query('INSERT INTO receipts (order_id, amount, charge_id, message_id) VALUES ($1, $2, $3, $4)', [paid.orderId, paid.amount, paid.chargeId, ctx.messageId]);
   }

@@ -7,6 +7,7 @@ import type * as amqp from 'amqplib';
 import { HandlerTimeoutError } from '../errors.js';
 import type { Happening } from './contract.js';
 import { PayloadRefused } from './payload.js';
+import type { DeliveryContext } from './context.js';
 import type { Handler, MessageContext } from './types.js';
 
 /**
@@ -15,7 +16,7 @@ import type { Handler, MessageContext } from './types.js';
  * The AbortController is made when `signal` is first read: most handlers never read
  * it; an abort before the first read is kept.
  */
-export class HandlerRun<Tx> implements MessageContext<Tx> {
+export class HandlerRun<Tx> implements DeliveryContext {
   private controller: AbortController | undefined;
   private abortReason: unknown;
   private aborted = false;
@@ -145,18 +146,21 @@ export type GuardRunner<Tx> = (work: (tx: Tx) => Promise<void>, signal: AbortSig
  * the consumer's {@link HandlerClock} keeps the time instead of a timer of the run's own.
  */
 export async function runHandler<T, Tx>(handler: Handler<T, Tx>, payload: T, run: HandlerRun<Tx>, timeoutMs: number, consumer: string, guard?: GuardRunner<Tx>, clock?: HandlerClock): Promise<void> {
+  // With a guard the run carries its `tx`; without one, `tx` stays undefined and the
+  // handler's type has none.
+  const context = run as unknown as MessageContext<Tx>;
   try {
     let work: unknown;
     if (guard) {
       work = guard(async (tx) => {
         run.tx = tx;
         arm(run as HandlerRun<never>, timeoutMs, consumer, clock);
-        await handler(payload, run);
+        await handler(payload, context);
       }, run.signal);
     } else {
       arm(run as HandlerRun<never>, timeoutMs, consumer, clock);
       // A synchronous throw is caught below, as a rejection would be.
-      work = handler(payload, run);
+      work = handler(payload, context);
     }
     // One promise for "the work settled or the time ran out" (not a race of two):
     // this runs once per message. After a timeout the work may still settle; its

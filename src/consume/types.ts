@@ -69,6 +69,17 @@ export interface ConsumerOptions<T = unknown, Tx = undefined> {
   /** Runs each handler in a database transaction with a unique `(messageId, consumer)` row. */
   idempotency?: IdempotencyGuard<Tx>;
   /**
+   * Declares that the handler uses `ctx.tx`, the idempotency guard's transaction: the
+   * consumer is then refused at start when no `idempotency` guard is set, with an
+   * {@link InvalidOptionError} naming it, instead of a `TypeError` at every delivery
+   * (which is transient: retried, then parked). The types catch this where the handler
+   * and its options meet in one `consume()` call; this catches it where they do not
+   * (JavaScript, handlers and options wired apart: the NestJS module checks a
+   * `@WarrenConsumer(name, { requiresTx: true })` against its `store`).
+   * @default false
+   */
+  requiresTx?: boolean;
+  /**
    * Where messages wait for a condition or a person: a handler that throws
    * `WaitForConditionError`, or an error a rule names, becomes a row in this table
    * (acked once the row commits), which a scheduler sends back later.

@@ -1,5 +1,6 @@
 import 'reflect-metadata';
 import { Inject } from '@nestjs/common';
+import type { DeliveryContext, TransactionContext } from '../consume/context.js';
 import type { ConsumerOptions } from '../consume/types.js';
 import { InvalidOptionError } from '../errors.js';
 import { Publisher } from '../publish/publisher.js';
@@ -15,10 +16,18 @@ export interface WarrenConsumerMetadata {
 }
 
 /**
- * What `@WarrenConsumer(...)` returns: a decorator for a method of a provider.
+ * What `@WarrenConsumer(...)` returns: a decorator for a method of a provider whose
+ * context parameter accepts `C`. Without `requiresTx`, `C` has no `tx`: a method typed
+ * `ctx: MessageContext<pg.PoolClient>` does not compile until the decorator declares
+ * `{ requiresTx: true }`, which the module checks against its `store` at start.
+ * @typeParam C - the context the method is given
  * @typeParam M - the decorated method's type: `(payload, context) => ...`
  */
-export type ConsumerMethodDecorator = <M extends (payload: never, context: never) => unknown>(target: object, key: string | symbol, descriptor: TypedPropertyDescriptor<M>) => void;
+export type ConsumerMethodDecorator<C = DeliveryContext> = <M extends (payload: never, context: C) => unknown>(target: object, key: string | symbol, descriptor: TypedPropertyDescriptor<M>) => void;
+
+/** The context of a method whose decorator declares `requiresTx: true`: with the store's transaction. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- the store's type is the module's, unknown here
+export type TransactionalContext = DeliveryContext & TransactionContext<any>;
 
 /**
  * Makes a method of a provider (or controller) the handler of a consumer the topology
@@ -29,6 +38,10 @@ export type ConsumerMethodDecorator = <M extends (payload: never, context: never
  *
  * `options` are the consumer's (`prefetch`, `concurrency`, `timeoutMs`, `schema`,
  * `classify`, ...); the module's `consumerOptions` for the same consumer override them.
+ * A method that uses `ctx.tx` (the store's transaction) declares `requiresTx: true`: its
+ * context is then typed with `tx`, and the module refuses to start without a `store`.
+ * Without it, the method's context has no `tx`, and a method typed otherwise does not
+ * compile.
  * The decorator it returns takes a method of type `M`: `(payload, context) => ...`.
  *
  * @example
@@ -41,10 +54,17 @@ export type ConsumerMethodDecorator = <M extends (payload: never, context: never
  *   async charge(order: Order, ctx: MessageContext) {
  *     await this.gateway.charge(order, { signal: ctx.signal });
  *   }
+ *
+ *   @WarrenConsumer('receipts', { requiresTx: true })
+ *   async record(paid: Paid, ctx: MessageContext<pg.PoolClient>) {
+ *     await ctx.tx.query('INSERT INTO receipts (order_id) VALUES ($1)', [paid.orderId]);
+ *   }
  * }
  * ```
  */
-export function WarrenConsumer<T = unknown, Tx = unknown>(consumer: string, options: ConsumerOptions<T, Tx> = {}): ConsumerMethodDecorator {
+export function WarrenConsumer<T = unknown>(consumer: string, options?: ConsumerOptions<T, unknown> & { readonly requiresTx?: false }): ConsumerMethodDecorator;
+export function WarrenConsumer<T = unknown>(consumer: string, options: ConsumerOptions<T, unknown> & { readonly requiresTx: true }): ConsumerMethodDecorator<TransactionalContext>;
+export function WarrenConsumer<T = unknown>(consumer: string, options: ConsumerOptions<T, unknown> = {}): ConsumerMethodDecorator<TransactionalContext> {
   if (typeof consumer !== 'string' || consumer === '') {
     throw new InvalidOptionError('@WarrenConsumer', `expected the name of a consumer of the topology, got ${JSON.stringify(consumer)}`, "Example: @WarrenConsumer('billing')");
   }

@@ -66,6 +66,25 @@ export function findHandlers(providers: Iterable<ProviderLike>, methodNames: (pr
 }
 
 /**
+ * The handlers that declare they need a transaction (`requiresTx: true`, on the decorator
+ * or in the module's consumer options) while their consumer has no idempotency guard to
+ * give them one: one sentence each, for a {@link ConsumerHandlerError}.
+ */
+export function transactionProblems(handlers: ReadonlyMap<string, FoundHandler>, effective: (name: string) => { readonly requiresTx?: boolean | undefined; readonly idempotency?: unknown }): string[] {
+  const problems: string[] = [];
+  for (const [name, h] of handlers) {
+    const options = effective(name);
+    if (options.requiresTx === true && options.idempotency === undefined) {
+      problems.push(
+        `${h.where} handles '${name}' with requiresTx: true (it uses ctx.tx), but the module has no store to give it a transaction. ` +
+          `Pass \`store\` (postgresStore() or sqliteStore()) to WarrenModule, or an \`idempotency\` guard in consumerOptions.${name}.`,
+      );
+    }
+  }
+  return problems;
+}
+
+/**
  * Pairs the topology's consumers (those in `handle`, or all) with their handlers, one
  * each, in the topology's order. Throws {@link ConsumerHandlerError} listing every
  * problem: a consumer with no handler, a handler naming a consumer the topology does not

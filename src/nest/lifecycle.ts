@@ -4,7 +4,8 @@ import type { ConsumerOptions, Handler } from '../consume/types.js';
 import type { WarrenService } from '../service/index.js';
 import { Warren } from '../warren.js';
 import { WARREN_SERVICE } from './http.js';
-import { findHandlers, matchHandlers, type FoundHandler } from './handlers.js';
+import { ConsumerHandlerError } from './errors.js';
+import { findHandlers, matchHandlers, transactionProblems, type FoundHandler } from './handlers.js';
 import type { WarrenModuleOptions } from './options.js';
 
 /** Token of the module's options (after the async factory, if any, has run). */
@@ -43,12 +44,15 @@ export class WarrenLifecycle implements OnModuleInit, OnApplicationBootstrap, Be
     const wrappers = [...this.discovery.getProviders(), ...this.discovery.getControllers()];
     const found = findHandlers(wrappers, (prototype) => this.scanner.getAllMethodNames(prototype));
     this.handlers = matchHandlers(this.warren.topology, this.options.handle, found);
+    // Before connecting: a handler that needs a transaction nobody gives it fails here, not at each delivery.
+    const problems = transactionProblems(this.handlers, (name) => this.consumerOptions(name, this.handlers.get(name)?.options ?? {}));
+    if (problems.length > 0) throw new ConsumerHandlerError(problems);
     await this.warren.open();
   }
 
   async onApplicationBootstrap(): Promise<void> {
     for (const [name, found] of this.handlers) {
-      await this.warren.consume(name, found.handler as Handler<unknown, unknown>, this.consumerOptions(name, found.options));
+      await this.warren.consume(name, found.handler as unknown as Handler<unknown, unknown>, this.consumerOptions(name, found.options));
     }
     await this.service.start();
   }

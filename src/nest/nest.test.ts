@@ -9,7 +9,7 @@ import { Controller, Injectable, Module, Scope, type OnApplicationBootstrap } fr
 import { Test } from '@nestjs/testing';
 import { describe, expect, it } from 'vitest';
 import { AMQP_URL, onTeardown, testTopology, waitFor } from '../../test/helpers.js';
-import { defineTopology, HandlerTimeoutError, InvalidOptionError, Publisher, silentLogger, Warren, type MessageContext, type Outcome, type Topology } from '../index.js';
+import { defineTopology, HandlerTimeoutError, InvalidOptionError, Publisher, silentLogger, Warren, type IdempotencyGuard, type MessageContext, type Outcome, type Topology } from '../index.js';
 import { ConsumerHandlerError, InjectPublisher, InjectWarren, WarrenConsumer, WarrenModule, type WarrenModuleOptions } from './index.js';
 
 /** A topology that is never declared: start-up checks run before any connection. */
@@ -152,7 +152,7 @@ describe('WarrenModule with a broker', { timeout: 120_000 }, () => {
       constructor(readonly ledger: Ledger) {}
 
       @WarrenConsumer<{ id: number }>('billing')
-      charge(order: { id: number }, ctx: MessageContext): void {
+      charge(order: { id: number }, ctx: MessageContext<unknown>): void {
         this.ledger.entries.push(`charged ${order.id}`);
         this.seen.push({ attempt: ctx.attempt, messageId: ctx.messageId, tx: ctx.tx });
       }
@@ -242,6 +242,27 @@ describe('WarrenModule with a broker', { timeout: 120_000 }, () => {
     class Importing {}
     const app = await start([Importing]);
     expect(app.get(NeedsWarren).warren).toBeInstanceOf(Warren);
+  });
+
+  it('a handler that declares requiresTx fails app.init() before connecting when the module has no store, and starts with one', async () => {
+    @Injectable()
+    class Receipts {
+      @WarrenConsumer('billing', { requiresTx: true })
+      record(_order: unknown, ctx: MessageContext<{ query(sql: string): void }>): void {
+        ctx.tx.query('INSERT INTO receipts DEFAULT VALUES');
+      }
+    }
+    const error = await startupError([WarrenModule.forRoot(options(offline, { handle: ['billing'] }))], [Receipts]);
+    expect(error.problems).toEqual([
+      "Receipts.record handles 'billing' with requiresTx: true (it uses ctx.tx), but the module has no store to give it a transaction. Pass `store` (postgresStore() or sqliteStore()) to WarrenModule, or an `idempotency` guard in consumerOptions.billing.",
+    ]);
+    // A guard from consumerOptions is as good as a store.
+    const queries: string[] = [];
+    const guard: IdempotencyGuard<{ query(sql: string): void }> = { run: async (_id, _c, work) => (await work({ query: (sql) => void queries.push(sql) }), 'done') };
+    const t = liveTopology();
+    const app = await start([WarrenModule.forRoot(options(t, { handle: ['billing'], consumerOptions: { billing: { idempotency: guard } } }))], [Receipts]);
+    await app.get(Warren).publish('order.created', { id: 1 });
+    await waitFor(() => queries.length === 1, 'the handler to run in the guard');
   });
 
   it('handle: [] runs no consumer, for an application that only publishes', async () => {

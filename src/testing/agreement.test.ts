@@ -18,14 +18,14 @@ class Rejected extends Error {}
 
 interface Case {
   readonly name: string;
-  readonly handler: Handler<unknown, unknown>;
+  readonly handler: Handler<unknown>;
   readonly options?: Pick<ConsumerOptions<unknown, unknown>, 'schema' | 'classify' | 'timeoutMs' | 'retryTable'>;
   readonly message: Pick<TestMessage, 'payload' | 'body' | 'attempt'>;
   /** What the case is about, checked on the harness too, so a case cannot agree by both being wrong the same way. */
   readonly expected: string;
 }
 
-const flaky: Handler<unknown, unknown> = () => {
+const flaky: Handler<unknown> = () => {
   throw new Error('carrier timed out');
 };
 const MAX_ATTEMPTS = 4;

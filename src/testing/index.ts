@@ -106,7 +106,8 @@ const DEFAULT_TIMEOUT_MS = 60_000;
  */
 export async function runDelivery<T = unknown, Tx = undefined>(
   consumer: ConsumerTopology,
-  handler: Handler<T, Tx>,
+  // `Tx` from the options' guard, as in `warren.consume()`: a handler that needs a transaction needs the guard.
+  handler: Handler<T, NoInfer<Tx>>,
   message: TestMessage = {},
   options: TestOptions<T, Tx> = {},
 ): Promise<TestOutcome> {
@@ -277,7 +278,8 @@ export function messageContext<Tx = undefined>(options: ContextOptions<Tx> = {})
   const routingKey = options.routingKey ?? 'test';
   const headers = options.headers ?? {};
   const raw = consumeMessage({ bindings: [routingKey] } as unknown as ConsumerTopology, { payload: options.payload ?? {}, messageId: messageId ?? null, routingKey, headers });
-  return { messageId, routingKey, headers, attempt: options.attempt ?? 1, signal: options.signal ?? new AbortController().signal, tx: options.tx as Tx, raw };
+  // `tx` is there at run time either way, as in the consumer; the type has it only with a `Tx`.
+  return { messageId, routingKey, headers, attempt: options.attempt ?? 1, signal: options.signal ?? new AbortController().signal, tx: options.tx as Tx, raw } as unknown as MessageContext<Tx>;
 }
 
 export type { Decision, DecisionNote } from '../consume/contract.js';

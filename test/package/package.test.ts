@@ -21,6 +21,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { codeEntries, packWorkingTree, ROOT, sh, targets, type Entry, type Packed } from './pack.js';
 
 const TSC = join(ROOT, 'node_modules/typescript/bin/tsc');
+/** TypeScript 7, the native compiler (what `npm install typescript` gives now), installed beside 5.9 as `typescript-7`. */
+const TSC7 = join(ROOT, 'node_modules/typescript-7/bin/tsc');
+const COMPILERS = [['5.9', TSC], ['7', TSC7]] as const;
 const ATTW = join(ROOT, 'node_modules/@arethetypeswrong/cli/dist/index.js');
 /** Entries that are a framework's module (NestJS) or a server built on one (the console on Hono). */
 const FRAMEWORK_ENTRIES = new Set(['warren/nest', 'warren/nest/terminus', 'warren/console']);
@@ -122,9 +125,9 @@ describe('installed from the tarball', () => {
     symlinkSync(realpathSync(from), to, 'dir');
   };
 
-  const tsc = (config: object, name: string) => {
+  const tsc = (config: object, name: string, compiler: string = TSC) => {
     writeFileSync(join(project, `tsconfig.${name}.json`), JSON.stringify(config, null, 2));
-    return sh(process.execPath, [TSC, '-p', `tsconfig.${name}.json`], project);
+    return sh(process.execPath, [compiler, '-p', `tsconfig.${name}.json`], project);
   };
 
   beforeAll(async () => {
@@ -172,7 +175,9 @@ describe('installed from the tarball', () => {
 
   it('compiles a consumer of the main entry with no optional peer installed', async () => {
     writeFileSync(join(project, 'main-only.ts'), `import * as warren from 'warren';\nexport const names: string[] = Object.keys(warren);\n`);
-    await tsc({ compilerOptions: { module: 'nodenext', moduleResolution: 'nodenext', strict: true, noEmit: true, skipLibCheck: false, types: ['node'] }, files: ['main-only.ts'] }, 'main-only');
+    for (const [version, compiler] of COMPILERS) {
+      await tsc({ compilerOptions: { module: 'nodenext', moduleResolution: 'nodenext', strict: true, noEmit: true, skipLibCheck: false, types: ['node'] }, files: ['main-only.ts'] }, `main-only-${version}`, compiler);
+    }
   }, 240_000);
 
   describe('with the optional peers installed', () => {
@@ -197,7 +202,7 @@ describe('installed from the tarball', () => {
       }
     }, 120_000);
 
-    it('compiles a TypeScript consumer under nodenext (ESM and CommonJS) and bundler resolution', async () => {
+    it('compiles a TypeScript consumer under nodenext (ESM and CommonJS) and bundler resolution, with TypeScript 5.9 and 7', async () => {
       const imports = entries.map((e, i) => `import * as entry${i} from '${e.specifier}';`).join('\n');
       const requires = entries.map((e, i) => `import entry${i} = require('${e.specifier}');`).join('\n');
       const list = `export const entries: object[] = [${entries.map((_e, i) => `entry${i}`).join(', ')}];`;
@@ -241,9 +246,80 @@ export function internals(store: ReturnType<typeof sqliteStore>, pg: ReturnType<
       writeFileSync(join(project, 'consumer.ts'), consumer);
       const strict = { strict: true, noEmit: true, skipLibCheck: false, types: ['node'], exactOptionalPropertyTypes: true, noUncheckedIndexedAccess: true };
       const files = ['entries.ts', 'entries.cts', 'consumer.ts'];
-      await tsc({ compilerOptions: { ...strict, module: 'nodenext', moduleResolution: 'nodenext' }, files }, 'nodenext');
-      await tsc({ compilerOptions: { ...strict, module: 'esnext', moduleResolution: 'bundler' }, files: ['entries.ts', 'consumer.ts'] }, 'bundler');
-    }, 300_000);
+      for (const [version, compiler] of COMPILERS) {
+        await tsc({ compilerOptions: { ...strict, module: 'nodenext', moduleResolution: 'nodenext' }, files }, `nodenext-${version}`, compiler);
+        await tsc({ compilerOptions: { ...strict, module: 'esnext', moduleResolution: 'bundler' }, files: ['entries.ts', 'consumer.ts'] }, `bundler-${version}`, compiler);
+      }
+    }, 600_000);
+
+    it('compiles a NestJS application, a warren/testing unit test and a warren/service setup, with TypeScript 5.9 and 7', async () => {
+      const app = `
+import { Inject, Injectable, Module } from '@nestjs/common';
+import { defineTopology, PermanentError, type IdempotencyGuard, type MessageContext } from 'warren';
+import { basicAuth, parseUsers } from 'warren/console';
+import { InjectPublisher, WarrenConsumer, WarrenModule, WARREN_SERVICE, type WarrenService } from 'warren/nest';
+import { WarrenHealthModule } from 'warren/nest/terminus';
+import type { Publisher } from 'warren';
+
+interface Order { readonly orderId: number }
+interface Client { query(sql: string, values?: unknown[]): Promise<unknown> }
+export const topology = defineTopology({ exchange: 'shop.events', consumers: { billing: { bindings: ['order.placed'] }, email: { bindings: ['order.placed'] } } });
+declare const guard: IdempotencyGuard<Client>;
+
+@Injectable()
+export class Handlers {
+  constructor(@InjectPublisher() private readonly publisher: Publisher, @Inject(WARREN_SERVICE) readonly service: WarrenService) {}
+
+  @WarrenConsumer<Order>('billing', { requiresTx: true })
+  async charge(order: Order, ctx: MessageContext<Client>): Promise<void> {
+    await ctx.tx.query('INSERT INTO charges (order_id) VALUES ($1)', [order.orderId]);
+    await this.publisher.publish('order.charged', order);
+  }
+
+  @WarrenConsumer<Order>('email')
+  send(order: Order, ctx: MessageContext): void {
+    if (order.orderId < 0) throw new PermanentError('negative id at attempt ' + String(ctx.attempt));
+  }
+}
+
+@Module({
+  imports: [
+    WarrenModule.forRoot({
+      topology, startWithoutBroker: true, consumerDefaults: { idempotency: guard },
+      console: { authorize: basicAuth(parseUsers('')) },
+      routes: { metrics: '/metrics', console: '/ops/warren' },
+    }),
+    WarrenHealthModule.forRoot(),
+  ],
+  providers: [Handlers],
+})
+export class AppModule {}
+`;
+      const unit = `
+import { defineTopology, PermanentError, type MessageContext } from 'warren';
+import { messageContext, runDelivery } from 'warren/testing';
+import { warrenService } from 'warren/service';
+import { Warren } from 'warren';
+
+const topology = defineTopology({ consumers: { email: { bindings: ['order.placed'] } } });
+async function send(order: { orderId: number }, ctx: MessageContext): Promise<void> {
+  if (order.orderId < 0) throw new PermanentError('negative id at attempt ' + String(ctx.attempt));
+}
+export async function check(): Promise<string> {
+  await send({ orderId: 1 }, messageContext({ attempt: 2 }));
+  const outcome = await runDelivery(topology.consumer('email'), send, { payload: { orderId: -1 } });
+  const service = warrenService({ warren: Warren.create({ topology }), metrics: true });
+  return outcome.decision.kind + String(service.paths.metrics);
+}
+`;
+      writeFileSync(join(project, 'app.module.ts'), app);
+      writeFileSync(join(project, 'unit.ts'), unit);
+      const strict = { strict: true, noEmit: true, skipLibCheck: false, types: ['node'], exactOptionalPropertyTypes: true, noUncheckedIndexedAccess: true, module: 'nodenext', moduleResolution: 'nodenext' };
+      for (const [version, compiler] of COMPILERS) {
+        await tsc({ compilerOptions: { ...strict, experimentalDecorators: true, emitDecoratorMetadata: true }, files: ['app.module.ts'] }, `nest-${version}`, compiler);
+        await tsc({ compilerOptions: strict, files: ['unit.ts'] }, `unit-${version}`, compiler);
+      }
+    }, 600_000);
 
     it('runs `npx warren --help` from the installed package', async () => {
       const { stdout } = await sh('npx', ['--no-install', 'warren', '--help'], project);
