@@ -4,28 +4,31 @@
  * depend on the machine and on what else runs on it.
  *
  *   npm run bench                 all of them
- *   npm run bench -- core stores  some of them (core, publish, stores, replay, hop, retry, metrics, tracing, console, pattern)
+ *   npm run bench -- clients stores  some of them (clients, memory, stores, replay, hop, retry, metrics, tracing, console, pattern)
  *
- * core (consume), publish, hop and replay run on both brokers of the development
- * machine (3.10 at :5672, 4.0 at :5673) unless their URLs variable says otherwise;
- * WARREN_BENCH_SMALL=1 makes those four quick (small backlogs, 3 rounds).
+ * clients (bare amqplib, warren and other clients: publish and consume, msg/s and CPU
+ * per message) runs on every broker of WARREN_BENCH_BROKERS (3.10 at :5672, 4.0 at
+ * :5673, 4.3 at :5674; one not running is skipped with a line saying so); hop and
+ * replay on the 3.10 and 4.0 brokers unless their URLs variable says otherwise;
+ * WARREN_BENCH_SMALL=1 makes them quick. `npx tsx bench/instructions.ts` counts
+ * instructions per message under valgrind, the figure to compare on a busy machine.
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { benchConsole } from './console.js';
-import { benchCore } from './consume.js';
+import { benchClients } from './clients.js';
 import { benchHop } from './hop.js';
 import { benchMetrics } from './metrics.js';
 import { benchPattern } from './pattern.js';
-import { benchPublish } from './publish.js';
+import { benchMemory } from './memory.js';
 import { benchReplay } from './replay.js';
 import { printRows, type BenchRow } from './report.js';
 import { benchRetryTable } from './retry-table.js';
 import { benchStores } from './stores.js';
 import { benchTracing } from './tracing.js';
 
-const suites: Record<string, () => Promise<BenchRow[]>> = { core: benchCore, publish: benchPublish, stores: benchStores, replay: benchReplay, hop: benchHop, retry: benchRetryTable, metrics: benchMetrics, tracing: benchTracing, console: benchConsole, pattern: benchPattern };
+const suites: Record<string, () => Promise<BenchRow[]>> = { clients: benchClients, memory: benchMemory, stores: benchStores, replay: benchReplay, hop: benchHop, retry: benchRetryTable, metrics: benchMetrics, tracing: benchTracing, console: benchConsole, pattern: benchPattern };
 const wanted = process.argv.slice(2).filter((a) => !a.startsWith('-'));
 for (const name of wanted) {
   if (!(name in suites)) {
