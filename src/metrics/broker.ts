@@ -152,8 +152,10 @@ export class BrokerReader {
         ready: q.messages_ready ?? 0,
         unacked: q.messages_unacknowledged ?? 0,
         consumers: q.consumers ?? 0,
-        // Absent until the queue has seen traffic of that kind: none yet is 0.
-        redelivered: q.message_stats?.redeliver ?? 0,
+        // Absent until the queue has seen traffic of that kind: none yet is 0. A parked
+        // queue's redeliveries are walks reading it (what a walk keeps comes back
+        // redelivered), not failures: not reported.
+        redelivered: d.role === 'parked' ? undefined : (q.message_stats?.redeliver ?? 0),
         published: q.message_stats?.publish ?? 0,
       };
     });

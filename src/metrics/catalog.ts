@@ -54,7 +54,7 @@ export const METRICS = {
   queueReady: m('broker', 'gauge', 'warren_queue_messages_ready', ['consumer', 'role', 'queue'], 'Messages ready in the queue; role is work, retry or parked.'),
   queueUnacked: m('broker', 'gauge', 'warren_queue_messages_unacked', ['consumer', 'role', 'queue'], 'Messages delivered and not yet acknowledged (management API only).'),
   queueConsumers: m('broker', 'gauge', 'warren_queue_consumers', ['consumer', 'role', 'queue'], 'Consumers attached to the queue.'),
-  queueRedelivered: m('broker', 'counter', 'warren_queue_redelivered_total', ['consumer', 'role', 'queue'], 'Redeliveries from the queue, as the broker counts them (management API only); rate() gives the redelivery rate.'),
+  queueRedelivered: m('broker', 'counter', 'warren_queue_redelivered_total', ['consumer', 'role', 'queue'], 'Redeliveries from a work or retry queue, as the broker counts them (management API only); rate() gives the redelivery rate. Not for parked queues, whose redeliveries are walks reading them.'),
   queuePublished: m('broker', 'counter', 'warren_queue_published_total', ['consumer', 'role', 'queue'], 'Messages published into the queue, as the broker counts them (management API only); rate() gives the inflow.'),
   queueExists: m('broker', 'gauge', 'warren_queue_exists', ['consumer', 'role', 'queue'], '1 when the declared queue exists, 0 when it does not.'),
   brokerUp: m('broker', 'gauge', 'warren_broker_up', ['source'], '1 for the source the last reading of the broker came from (management, or amqp when the management API did not answer), 0 for a source tried that did not answer; amqp has no series while the management API answers (it is not read then).'),

@@ -112,6 +112,9 @@ describe('application and broker figures after real traffic', () => {
     expect(valueOf(s, 'warren_queue_redelivered_total', { consumer: idle, role: 'work' })).toBe(0);
     expect(valueOf(s, 'warren_queue_messages_ready', { consumer: billing, role: 'retry', queue: b.retryQueues[0] as string })).toBe(0);
     expect(valueOf(s, 'warren_queue_exists', { queue: b.parkedQueue })).toBe(1);
+    // A parked queue's redeliveries are walks reading it, not failures: no series.
+    expect(valueOf(s, 'warren_queue_redelivered_total', { queue: b.parkedQueue })).toBeUndefined();
+    expect(valueOf(s, 'warren_queue_redelivered_total', { queue: b.queue })).toBe(0);
     expect(s.filter((x) => x.name === 'warren_queue_messages_ready')).toHaveLength(6);
 
     // A replay told to report its copies counts them as replays.

@@ -13,7 +13,12 @@ export interface QueueState {
   readonly unacked: number | undefined;
   /** Consumers attached. */
   readonly consumers: number | undefined;
-  /** Redeliveries per second (management API only; absent until the queue has traffic). */
+  /**
+   * Redeliveries per second: deliveries that failed or died before an outcome
+   * (management API only; absent until the queue has traffic). Never for a parked
+   * queue: its redeliveries are walks reading it (each walk's kept messages come back
+   * redelivered), not failures.
+   */
   readonly redeliverRate: number | undefined;
 }
 
@@ -72,9 +77,9 @@ export interface StatusOptions {
 const AMQP_MISSING = ['unacknowledged counts', 'redelivery rates'] as const;
 
 /** Adds what only the management API knows (unacknowledged count, redelivery rate) to a live AMQP reading. */
-function withInfo(q: QueueState, info: QueueInfo | undefined): QueueState {
+function withInfo(q: QueueState, info: QueueInfo | undefined, redeliveries = true): QueueState {
   if (!q.exists || !info) return q;
-  return { ...q, unacked: info.messages_unacknowledged ?? 0, redeliverRate: info.message_stats?.redeliver_details?.rate };
+  return { ...q, unacked: info.messages_unacknowledged ?? 0, redeliverRate: redeliveries ? info.message_stats?.redeliver_details?.rate : undefined };
 }
 
 function overlay(states: readonly ConsumerState[], all: ReadonlyMap<string, QueueInfo>): ConsumerState[] {
@@ -82,7 +87,8 @@ function overlay(states: readonly ConsumerState[], all: ReadonlyMap<string, Queu
     consumer: c.consumer,
     work: withInfo(c.work, all.get(c.work.name)),
     retries: c.retries.map((r) => ({ ...withInfo(r, all.get(r.name)), delayMs: r.delayMs })),
-    parked: withInfo(c.parked, all.get(c.parked.name)),
+    // A parked queue's redeliveries are operators' walks reading it, not failures.
+    parked: withInfo(c.parked, all.get(c.parked.name), false),
   }));
 }
 

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { ManagementClient } from '../management/client.js';
 import { MGMT_URL, testTopology, waitFor } from '../../test/helpers.js';
 import { declared, failures, publishParked } from '../park/testing/fixtures.js';
+import { listParked } from '../park/operations.js';
 import { findProblems, readStatus, type StatusReport } from './index.js';
 
 const management = new ManagementClient({ url: MGMT_URL, timeoutMs: 2000 });
@@ -97,7 +98,18 @@ describe('readStatus', () => {
     expect(without.problems).toEqual([]);
   });
 
-  it('reports queues that do not exist, and only the consumers asked for', async () => {
+  it.skipIf(!managementUp)('browsing the parked queue is not a redelivery rate: walks read it, nothing failed', async () => {
+    const { t, conn, billing } = await scenario();
+    // Each walk holds what it keeps and the broker takes it back: the next walk's deliveries are redeliveries.
+    for (let i = 0; i < 3; i++) expect((await listParked(conn, billing)).messages).toHaveLength(2);
+    await waitFor(async () => ((await management.queues()).find((q) => q.name === billing.parkedQueue)?.message_stats?.redeliver ?? 0) >= 4, 'the management API to count the walks\' redeliveries', 20_000);
+    const report = await readStatus(conn, t, { management });
+    const b = report.consumers.find((c) => c.consumer === 'billing');
+    expect(b?.parked).toMatchObject({ ready: 2, redeliverRate: undefined });
+    expect(b?.work.redeliverRate ?? 0).toBe(0);
+  });
+
+    it('reports queues that do not exist, and only the consumers asked for', async () => {
     const t = topology();
     const conn = await declared(t);
     const ch = await conn.createChannel();
