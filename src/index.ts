@@ -1,4 +1,4 @@
-export { Warren, type WarrenOptions } from './warren.js';
+export { Warren, type WarrenArchiveOptions, type WarrenOptions } from './warren.js';
 export {
   defineTopology,
   TOPOLOGY_DEFAULTS,

@@ -1,4 +1,6 @@
 import { EventEmitter } from 'node:events';
+import { ArchiveIngester } from './archive/ingest.js';
+import type { ArchiveIngestOptions } from './archive/types.js';
 import { BrokerConnection, redactUrl, type BrokerNode, type ConnectionOptions } from './connection/index.js';
 import { Consumer } from './consume/consumer.js';
 import type { ConsumerOptions, Handler } from './consume/types.js';
@@ -9,6 +11,13 @@ import { ManagementClient, type ManagementOptions } from './management/client.js
 import { Publisher, type PublishOptions, type PublisherOptions, type PublishReceipt } from './publish/publisher.js';
 import { declareTopology, planTopology, verifyTopology, type TopologyPlan } from './topology/apply.js';
 import type { Topology } from './topology/declaration.js';
+import type { ArchiveStore } from './store/archive.js';
+
+/** The `archive` option of {@link Warren.connect}: which store, and how to ingest. */
+export interface WarrenArchiveOptions extends ArchiveIngestOptions {
+  /** The store whose archive receives the parked messages: `sqliteStore()` or `postgresStore()`. */
+  store: { readonly archive: ArchiveStore };
+}
 
 /** Options of {@link Warren.connect}. */
 export interface WarrenOptions extends ConnectionOptions {
@@ -23,6 +32,12 @@ export interface WarrenOptions extends ConnectionOptions {
    * @default true
    */
   declare?: boolean;
+  /**
+   * Move every parked message of the topology's consumers into the store's archive (see
+   * docs/archive.md): the parked queues stay empty, and failures are read from the store.
+   * @default off: parked messages stay in their queues
+   */
+  archive?: WarrenArchiveOptions;
   /**
    * Start while the broker cannot be reached. `open()` (and `Warren.connect`) try each URL
    * once; when none answers they resolve anyway, and both connections go on trying in the
@@ -98,6 +113,8 @@ export class Warren extends EventEmitter {
   private opening: Promise<void> | undefined;
   /** Why the last declaration of the topology failed; undefined once one succeeded. */
   private topologyError: unknown;
+  /** The ingester of the `archive` option: its `state()` says whether ingestion keeps up. */
+  readonly archive: ArchiveIngester | undefined;
 
   private constructor(options: WarrenOptions) {
     super();
@@ -111,6 +128,10 @@ export class Warren extends EventEmitter {
     this.declare = options.declare !== false;
     if (options.startWithoutBroker !== undefined && typeof options.startWithoutBroker !== 'boolean') throw new InvalidOptionError('startWithoutBroker', `expected true or false, got ${JSON.stringify(options.startWithoutBroker)}`);
     this.startWithoutBroker = options.startWithoutBroker === true;
+    if (options.archive !== undefined) {
+      const { store, ...ingest } = options.archive;
+      this.archive = new ArchiveIngester({ store, topology: this.topology, connection: () => this.connection.waitReady(10_000) }, { logger: this.logger, ...ingest });
+    }
   }
 
   /**
@@ -165,6 +186,7 @@ export class Warren extends EventEmitter {
       else await this.openPublishingAfterTopology();
       await this.publisher.start();
       await this.mover.start();
+      this.archive?.start();
     } catch (error) {
       await Promise.all([this.connection.close(), this.publishConnection.close()]);
       throw error;
@@ -303,6 +325,7 @@ export class Warren extends EventEmitter {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    await this.archive?.stop();
     await Promise.all(this.consumers.map((c) => c.close()));
     await Promise.all([this.publisher.close(), this.mover.close()]);
     await Promise.all([this.connection.close(), this.publishConnection.close()]);

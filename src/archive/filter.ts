@@ -4,12 +4,12 @@
  */
 import { InvalidOptionError } from '../errors.js';
 import { parseTime } from '../park/filter.js';
+import { parsePatternLiteral, postgresRegex, type TextPattern } from '../park/pattern.js';
 import { ARCHIVE_STATES, type ArchiveFilter, type ArchiveState, type HeaderMatch, type StorePattern, type TextMatch } from '../store/archive.js';
 
 /** Bounds of every filter input. */
 export const FILTER_LIMITS = Object.freeze({
   text: 1000,
-  pattern: 500,
   ids: 10_000,
   messageIds: 1000,
   headers: 8,
@@ -70,127 +70,20 @@ function list(values: readonly string[], option: string, max: number): string[] 
 }
 
 /**
- * Reads an error-text filter: `/pattern/flags` is a pattern, anything else plain text
- * (contained, any case). This is the one place patterns are compiled.
+ * Reads an error-text filter: `/pattern/` or `/pattern/i` is a pattern of the
+ * linear-time subset (`src/park/pattern.ts`), run by JavaScript on SQLite and by
+ * PostgreSQL's own engine there; anything else plain text (contained, any case). This is
+ * the one place an archive filter compiles a pattern.
  */
 export function textMatch(value: string, option: string): TextMatch {
-  const m = /^\/(.*)\/([a-z]*)$/s.exec(value);
-  if (!m) return { contains: text(value, option, FILTER_LIMITS.text) };
-  return { pattern: compilePattern(m[1] as string, m[2] as string, option) };
+  const pattern = parsePatternLiteral(value, option);
+  if (pattern === undefined) return { contains: text(value, option, FILTER_LIMITS.text) };
+  return { pattern: storePattern(pattern) };
 }
 
-/**
- * The regular expressions the archive runs: a subset that runs in linear time in both
- * engines. Literals, `.`, classes (`[a-z]`, `\d`, `\w`, `\s` and their negations),
- * anchors `^` `$`, word boundaries `\b`, groups `( )` `(?: )`, alternation `|`, and the
- * quantifiers `* + ? {n,m}` — but no quantifier on a group that holds a quantifier or an
- * alternation (the shape that makes a backtracking engine take exponential time), at most
- * two unbounded quantifiers, and no back-references or look-arounds. Flag `i` only.
- */
-export function compilePattern(source: string, flags: string, option: string): StorePattern {
-  if (source === '') throw new InvalidOptionError(option, 'is an empty pattern');
-  if (source.length > FILTER_LIMITS.pattern) throw new InvalidOptionError(option, `is a pattern of ${source.length} characters, more than ${FILTER_LIMITS.pattern}`);
-  if (!/^i?$/.test(flags)) throw new InvalidOptionError(option, `flags ${JSON.stringify(flags)}: only i (any case) is supported`);
-  const shown = `/${source}/${flags}`;
-  const refuse = (why: string): never => {
-    throw new InvalidOptionError(option, `${shown} ${why}`, 'Patterns may use literals, ., [classes], \\d \\w \\s \\b, ^ $, ( ) and (?: ), | and * + ? {n,m}, with no quantifier on a group that holds one or an alternation.');
-  };
-  let pg = '';
-  // Per open group: does it hold a quantifier or an alternation?
-  const groups: Array<{ risky: boolean }> = [];
-  let lastAtom: 'none' | 'simple' | 'group-risky' | 'group-safe' = 'none';
-  // Two unbounded quantifiers at most: with more, backtracking is polynomial of a high degree.
-  let unbounded = 0;
-  for (let i = 0; i < source.length; i++) {
-    const c = source[i] as string;
-    if (c === '\\') {
-      const n = source[i + 1];
-      if (n === undefined) refuse('ends with a lone backslash');
-      i++;
-      if (/[1-9k]/.test(n as string)) refuse('uses a back-reference, which no linear-time engine runs');
-      if (/[pPcx0]/.test(n as string)) refuse(`uses \\${n as string}, which is not supported`);
-      if (n === 'u') {
-        const hex = source.slice(i + 1, i + 5);
-        if (!/^[0-9a-fA-F]{4}$/.test(hex)) refuse('has a \\u not followed by four hex digits');
-        pg += `\\u${hex}`;
-        i += 4;
-      } else pg += n === 'b' ? '\\y' : n === 'B' ? '\\Y' : `\\${n as string}`;
-      lastAtom = 'simple';
-    } else if (c === '[') {
-      const end = classEnd(source, i);
-      if (end < 0) refuse('has a [ with no ]');
-      const body = source.slice(i, end + 1);
-      if (/\\[DSW]/.test(body)) refuse('uses \\D, \\S or \\W inside [ ], which PostgreSQL refuses there');
-      pg += body.replace(/\\b/g, '\\x08');
-      i = end;
-      lastAtom = 'simple';
-    } else if (c === '(') {
-      if (source[i + 1] === '?') {
-        if (source[i + 2] !== ':') refuse('uses a look-around or a named group, which are not supported');
-        pg += '(?:';
-        i += 2;
-      } else pg += '(';
-      groups.push({ risky: false });
-      lastAtom = 'none';
-    } else if (c === ')') {
-      const g = groups.pop();
-      if (g === undefined) refuse('has a ) with no (');
-      pg += ')';
-      lastAtom = g?.risky ? 'group-risky' : 'group-safe';
-      // A group that holds a quantifier makes the enclosing group risky to quantify too.
-      if (g?.risky && groups.length > 0) (groups[groups.length - 1] as { risky: boolean }).risky = true;
-    } else if (c === '|') {
-      if (groups.length > 0) (groups[groups.length - 1] as { risky: boolean }).risky = true;
-      pg += '|';
-      lastAtom = 'none';
-    } else if (c === '*' || c === '+' || c === '?' || c === '{') {
-      let q = c;
-      if (c === '{') {
-        const m = /^\{(\d{1,4})(,(\d{0,4}))?\}/.exec(source.slice(i));
-        if (!m) refuse('has a { that is not a count {n}, {n,} or {n,m}');
-        q = (m as RegExpExecArray)[0];
-        i += q.length - 1;
-        const lo = Number((m as RegExpExecArray)[1]);
-        const hi = (m as RegExpExecArray)[3];
-        if (lo > 255 || (hi !== undefined && hi !== '' && (Number(hi) > 255 || Number(hi) < lo))) refuse(`has a count ${q} out of 0..255`);
-      }
-      if (lastAtom === 'none') refuse(`has a quantifier ${q} with nothing before it`);
-      if (lastAtom === 'group-risky') refuse(`quantifies a group that holds a quantifier or an alternation (${q})`);
-      if (source[i + 1] === '?') refuse('uses a lazy quantifier, which is not supported');
-      if (q === '*' || q === '+' || q.endsWith(',}')) unbounded++;
-      if (unbounded > 2) refuse('has more than two unbounded quantifiers (*, + or {n,})');
-      pg += q;
-      if (groups.length > 0) (groups[groups.length - 1] as { risky: boolean }).risky = true;
-      lastAtom = 'none';
-    } else {
-      pg += c;
-      lastAtom = 'simple';
-    }
-  }
-  if (groups.length > 0) refuse('has a ( with no )');
-  let js: RegExp;
-  try {
-    js = new RegExp(source, flags);
-  } catch (error) {
-    return refuse(`is not a valid pattern (${error instanceof Error ? error.message : String(error)})`);
-  }
-  return {
-    source: shown,
-    test: (t: string) => js.test(t),
-    // (?p): `.` and [^…] do not match a newline, as in JavaScript without the s flag.
-    postgres: { source: `(?p)${pg}`, caseInsensitive: flags.includes('i') },
-  };
-}
-
-function classEnd(source: string, start: number): number {
-  let i = start + 1;
-  if (source[i] === '^') i++;
-  if (source[i] === ']') i++;
-  for (; i < source.length; i++) {
-    if (source[i] === '\\') i++;
-    else if (source[i] === ']') return i;
-  }
-  return -1;
+/** A compiled pattern as the store runs it. */
+export function storePattern(p: TextPattern): StorePattern {
+  return { source: String(p), test: (t: string) => p.test(t), postgres: { source: postgresRegex(p), caseInsensitive: false } };
 }
 
 function time(value: string | Date, option: string, now: Date): Date {

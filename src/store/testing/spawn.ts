@@ -16,9 +16,9 @@ export interface Child {
   line(prefix: string, timeoutMs?: number): Promise<string>;
 }
 
-/** Starts `node --import tsx src/store/testing/child.ts` with these variables. */
-export function spawnChild(env: Record<string, string>): Child {
-  const child = spawn(process.execPath, ['--import', 'tsx', CHILD], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+/** Starts `node --import tsx src/store/testing/child.ts` (or another `script`) with these variables. */
+export function spawnChild(env: Record<string, string>, script: string = CHILD): Child {
+  const child = spawn(process.execPath, ['--import', 'tsx', script], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   const lines: string[] = [];
   let stderr = '';
   child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));

@@ -1,0 +1,48 @@
+/**
+ * An archive ingester in its own process, for tests that kill it. Run with
+ * `node --import tsx src/archive/testing/child.ts` and:
+ *
+ * - WARREN_STORE: the store as JSON ({ spec }, see src/store/testing/spec.ts)
+ * - WARREN_AMQP_URL, WARREN_TOPOLOGY (topology options as JSON)
+ * - WARREN_BATCH: batch size (default 20)
+ * - WARREN_CRASH=after-commit:<n>: SIGKILL itself once the n-th batch is committed,
+ *   before it is acknowledged
+ *
+ * It writes `ready`, then `committed <total rows>` after each batch the database took.
+ * stdout is a pipe, written synchronously on Linux, so a line is out before the kill.
+ */
+import * as amqp from 'amqplib';
+import { defineTopology, type TopologyOptions } from '../../index.js';
+import type { ArchiveRowInput, ArchiveStore } from '../../store/archive.js';
+import { openStore, type StoreSpec } from '../../store/testing/spec.js';
+import { ArchiveIngester } from '../ingest.js';
+
+function need(name: string): string {
+  const v = process.env[name];
+  if (v === undefined || v === '') throw new Error(`${name} is not set`);
+  return v;
+}
+
+const say = (line: string) => process.stdout.write(`${line}\n`);
+const { spec } = JSON.parse(need('WARREN_STORE')) as { spec: StoreSpec };
+const store = openStore(spec, { pruneIntervalMs: 0 });
+const topology = defineTopology(JSON.parse(need('WARREN_TOPOLOGY')) as TopologyOptions);
+const crash = process.env['WARREN_CRASH'] ?? '';
+const crashAfter = crash.startsWith('after-commit:') ? Number(crash.slice('after-commit:'.length)) : 0;
+let batches = 0;
+let rows = 0;
+// The store's archive, with a word after each commit (and the kill, when asked).
+const archive = Object.create(store.archive) as ArchiveStore;
+archive.insert = async (input: readonly ArchiveRowInput[]) => {
+  const r = await store.archive.insert(input);
+  batches++;
+  rows += r.inserted;
+  say(`committed ${rows}`);
+  if (crashAfter > 0 && batches >= crashAfter) process.kill(process.pid, 'SIGKILL');
+  return r;
+};
+const model = await amqp.connect(need('WARREN_AMQP_URL'), { noDelay: true });
+model.on('error', () => undefined);
+const ingester = new ArchiveIngester({ store: { archive }, topology, connection: async () => model }, { batchSize: Number(process.env['WARREN_BATCH'] ?? 20), maxBatchDelayMs: 5 });
+ingester.start();
+say('ready');
