@@ -266,6 +266,8 @@ build() {
     log "installing debootstrap"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
   }
+  local mirror started
+  mirror=$(host_mirror)   # first: without one, nothing is made
   if [[ -e $PARTIAL ]]; then
     log "removing an unfinished build at $PARTIAL"
     unmount_under "$PARTIAL"
@@ -273,8 +275,6 @@ build() {
   fi
   mkdir -p "$PARTIAL"
   : >"$LOG"
-  local mirror started
-  mirror=$(host_mirror)
   started=$(date +%s)
   log "building a Debian $SUITE chroot with RabbitMQ $VERSION in $DIR from $mirror (a few minutes, once per machine)"
 
