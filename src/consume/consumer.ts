@@ -12,7 +12,7 @@ import { closeChannel } from '../connection/channel.js';
 import { BlipMemory } from './blips.js';
 import { bodyDecoder } from './decode.js';
 import { Delivery } from './delivery.js';
-import { HandlerClock } from './handler-run.js';
+import { DEFAULT_COMMIT_TIMEOUT_MS, HandlerClock } from './handler-run.js';
 import { messageIdReader } from './message-id.js';
 import { decideFor, errorText, within, type ConsumerParts } from './parts.js';
 import { Processor } from './process.js';
@@ -120,7 +120,8 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     const timeoutMs = int(options.timeoutMs, DEFAULTS.timeoutMs, 'timeoutMs', 1, 1_700_000);
     this.shutdownTimeoutMs = int(options.shutdownTimeoutMs, DEFAULTS.shutdownTimeoutMs, 'shutdownTimeoutMs', 0, 1_700_000);
     const storeOutageHoldMs = int(options.storeOutageHoldMs, DEFAULTS.storeOutageHoldMs, 'storeOutageHoldMs', 0, 1_500_000);
-    this.clock = new HandlerClock(timeoutMs, this.name);
+    const commitTimeoutMs = int(options.commitTimeoutMs, DEFAULT_COMMIT_TIMEOUT_MS, 'commitTimeoutMs', 1, 1_700_000);
+    this.clock = new HandlerClock(timeoutMs, this.name, commitTimeoutMs);
     if (options.schema !== undefined && typeof options.schema?.['~standard']?.validate !== 'function') {
       throw new InvalidOptionError('schema', 'expected a Standard Schema (an object with a `~standard.validate` function), such as a zod schema');
     }

@@ -4,7 +4,7 @@
  * report failures the same way.
  */
 import type * as amqp from 'amqplib';
-import { HandlerTimeoutError } from '../errors.js';
+import { HandlerTimeoutError, StoreUnavailableError } from '../errors.js';
 import type { Happening } from './contract.js';
 import { PayloadRefused } from './payload.js';
 import type { DeliveryContext } from './context.js';
@@ -45,6 +45,11 @@ export class HandlerRun<Tx> implements DeliveryContext {
     return this.controller.signal;
   }
 
+  /** True once the run was aborted: it timed out, or its consumer gave it up at a shutdown. */
+  get isAborted(): boolean {
+    return this.aborted;
+  }
+
   abort(reason: unknown): void {
     if (this.aborted) return;
     this.aborted = true;
@@ -53,10 +58,31 @@ export class HandlerRun<Tx> implements DeliveryContext {
   }
 }
 
+/** Default of the consumer's `commitTimeoutMs`. */
+export const DEFAULT_COMMIT_TIMEOUT_MS = 30_000;
+
+type Expire = (run: HandlerRun<unknown>, consumer: string, ms: number) => void;
+
 function expireRun(run: HandlerRun<unknown>, consumer: string, timeoutMs: number): void {
   const error = new HandlerTimeoutError(consumer, timeoutMs);
   run.abort(error);
   run.timedOut?.(error);
+}
+
+/**
+ * A COMMIT that did not answer within `commitTimeoutMs`: whether it committed is not
+ * known, so it is a database outage for this delivery (the first retry tier, no attempt
+ * counted), never a failure of the work. The transaction is left to finish: its copy
+ * finds the marker (a duplicate) or, if it rolled back, does the work.
+ */
+function expireCommit(run: HandlerRun<unknown>, consumer: string, commitTimeoutMs: number): void {
+  run.timedOut?.(
+    new StoreOutage(
+      new StoreUnavailableError(
+        `the COMMIT of a guarded handler of consumer '${consumer}' (message ${run.messageId ?? '(no id)'}) did not answer within commitTimeoutMs (${commitTimeoutMs} ms), so whether its work committed is not known; the message goes round the first retry tier without counting an attempt, and its idempotency marker tells on its return`,
+      ),
+    ),
+  );
 }
 
 /**
@@ -67,6 +93,20 @@ function expireRun(run: HandlerRun<unknown>, consumer: string, timeoutMs: number
 function arm(run: HandlerRun<never>, timeoutMs: number, consumer: string, clock: HandlerClock | undefined): void {
   if (clock !== undefined) clock.arm(run);
   else if (run.timer === undefined) run.timer = setTimeout(expireRun, timeoutMs, run, consumer, timeoutMs);
+}
+
+/**
+ * The handler returned: its clock stops, and warren's COMMIT gets `commitTimeoutMs` of its
+ * own. A slow COMMIT of work that is done is not the handler running late.
+ */
+function armCommit(run: HandlerRun<never>, commitTimeoutMs: number, consumer: string, clock: HandlerClock | undefined): void {
+  if (clock !== undefined) {
+    clock.disarm(run);
+    clock.commits.arm(run);
+  } else {
+    clearTimeout(run.timer);
+    run.timer = setTimeout(expireCommit, commitTimeoutMs, run, consumer, commitTimeoutMs);
+  }
 }
 
 /**
@@ -85,8 +125,21 @@ export class HandlerClock {
   private readonly free: number[] = [];
   private timer: NodeJS.Timeout | undefined;
   private readonly sweep = (): void => this.expireDue();
+  private commitClock: HandlerClock | undefined;
 
-  constructor(private readonly timeoutMs: number, private readonly consumer: string) {}
+  constructor(
+    private readonly timeoutMs: number,
+    private readonly consumer: string,
+    /** The time a guarded handler's COMMIT may take once the handler returned. */
+    private readonly commitTimeoutMs = DEFAULT_COMMIT_TIMEOUT_MS,
+    private readonly expire: Expire = expireRun,
+  ) {}
+
+  /** The clock of the COMMITs of guarded runs whose handler returned (made at the first). */
+  get commits(): HandlerClock {
+    this.commitClock ??= new HandlerClock(this.commitTimeoutMs, this.consumer, this.commitTimeoutMs, expireCommit);
+    return this.commitClock;
+  }
 
   /** Starts `run`'s clock (once: a run armed already keeps its deadline). */
   arm(run: HandlerRun<never>): void {
@@ -99,10 +152,14 @@ export class HandlerClock {
     if (this.timer === undefined) this.wait(this.timeoutMs);
   }
 
-  /** Stops `run`'s clock. */
+  /** Stops `run`'s clock (this one's, or its commit clock's). */
   disarm(run: HandlerRun<never>): void {
     const slot = run.slot;
     if (slot < 0) return;
+    if (this.runs[slot] !== run) {
+      this.commitClock?.disarm(run);
+      return;
+    }
     this.runs[slot] = undefined;
     this.free.push(slot);
     run.slot = -1;
@@ -112,6 +169,7 @@ export class HandlerClock {
   stop(): void {
     clearTimeout(this.timer);
     this.timer = undefined;
+    this.commitClock?.stop();
   }
 
   private wait(ms: number): void {
@@ -128,7 +186,7 @@ export class HandlerClock {
       if (run === undefined) continue;
       if (run.deadline <= now) {
         this.disarm(run);
-        expireRun(run, this.consumer, this.timeoutMs);
+        this.expire(run, this.consumer, this.timeoutMs);
       } else if (run.deadline < next) next = run.deadline;
     }
     if (next !== Infinity) this.wait(next - performance.now());
@@ -142,10 +200,21 @@ export type GuardRunner<Tx> = (work: (tx: Tx) => Promise<void>, signal: AbortSig
  * Runs `handler` once within `timeoutMs`: resolves when it resolves, rejects with what it
  * throws, or with a {@link HandlerTimeoutError} at the deadline (its signal aborted;
  * a handler that never settles is left behind). With `guard`, the handler runs in the
- * guard's transaction and its clock starts when the transaction has begun. With `clock`,
- * the consumer's {@link HandlerClock} keeps the time instead of a timer of the run's own.
+ * guard's transaction: its clock starts when the transaction has begun and stops when the
+ * handler returns; the COMMIT then has `commitTimeoutMs` (past it, a {@link StoreOutage}:
+ * whether the work committed is not known). With `clock`, the consumer's
+ * {@link HandlerClock} keeps the time instead of a timer of the run's own.
  */
-export async function runHandler<T, Tx>(handler: Handler<T, Tx>, payload: T, run: HandlerRun<Tx>, timeoutMs: number, consumer: string, guard?: GuardRunner<Tx>, clock?: HandlerClock): Promise<void> {
+export async function runHandler<T, Tx>(
+  handler: Handler<T, Tx>,
+  payload: T,
+  run: HandlerRun<Tx>,
+  timeoutMs: number,
+  consumer: string,
+  guard?: GuardRunner<Tx>,
+  clock?: HandlerClock,
+  commitTimeoutMs = DEFAULT_COMMIT_TIMEOUT_MS,
+): Promise<void> {
   // With a guard the run carries its `tx`; without one, `tx` stays undefined and the
   // handler's type has none.
   const context = run as unknown as MessageContext<Tx>;
@@ -156,6 +225,7 @@ export async function runHandler<T, Tx>(handler: Handler<T, Tx>, payload: T, run
         run.tx = tx;
         arm(run as HandlerRun<never>, timeoutMs, consumer, clock);
         await handler(payload, context);
+        if (!run.isAborted) armCommit(run as HandlerRun<never>, commitTimeoutMs, consumer, clock);
       }, run.signal);
     } else {
       arm(run as HandlerRun<never>, timeoutMs, consumer, clock);

@@ -46,6 +46,16 @@ export interface ConsumerOptions<T = unknown, Tx = undefined> {
    */
   timeoutMs?: number;
   /**
+   * With an `idempotency` guard: how long warren's COMMIT of the handler's transaction
+   * may take once the handler returned. The handler's `timeoutMs` stops when it returns,
+   * so a slow COMMIT of work that is done is never a timed-out handler. A COMMIT still
+   * running past this is a database outage for the delivery: it goes round the first
+   * retry tier without counting an attempt, and its return finds the idempotency marker
+   * (a duplicate, acked) or, if the COMMIT failed, does the work.
+   * @default 30000
+   */
+  commitTimeoutMs?: number;
+  /**
    * How the body becomes the payload: `'json'`, `'text'` (in the content type's charset,
    * else UTF-8), `'buffer'` (a copy of the bytes), or a `Codec`. A body the decoder
    * cannot read is parked at once (`invalid-json` for JSON, else `invalid-payload`, naming

@@ -57,7 +57,7 @@ export interface TestMessage {
 }
 
 /** The consumer options the outcome depends on, as `warren.consume()` takes them. */
-export interface TestOptions<T = unknown, Tx = undefined> extends Pick<ConsumerOptions<T, Tx>, 'schema' | 'classify' | 'timeoutMs' | 'retryTable' | 'idempotency' | 'decoder' | 'messageIdFrom'> {
+export interface TestOptions<T = unknown, Tx = undefined> extends Pick<ConsumerOptions<T, Tx>, 'schema' | 'classify' | 'timeoutMs' | 'commitTimeoutMs' | 'retryTable' | 'idempotency' | 'decoder' | 'messageIdFrom'> {
   /**
    * The handler's `context.tx` when there is no `idempotency` guard: a fake, or a real
    * transaction you opened. With a guard (e.g. the SQLite store's), the guard opens it.
@@ -140,7 +140,7 @@ export async function runDelivery<T = unknown, Tx = undefined>(
       const routingKey = typeof headers[HEADER.routingKey] === 'string' ? (headers[HEADER.routingKey] as string) : msg.fields.routingKey;
       const run = new HandlerRun<Tx>(messageId, routingKey, headers, failed + 1, msg, options.tx as Tx);
       ran = true;
-      await runHandler(handler, payload, run, timeoutMs, consumer.name, guardRunner(options, messageId, consumer.name));
+      await runHandler(handler, payload, run, timeoutMs, consumer.name, guardRunner(options, messageId, consumer.name), undefined, options.commitTimeoutMs);
       decision = decideOn({ kind: 'resolved' });
     } catch (caught) {
       const happened = happening(caught);
