@@ -1,11 +1,12 @@
 import { EventEmitter } from 'node:events';
 import type * as amqp from 'amqplib';
 import { BrokerUnreachableError, ClosedError, InvalidOptionError, PublishNackedError, PublishNotConfirmedError, PublishNotSentError, UnroutableError, type LateAnswer } from '../errors.js';
+import { HEADER } from '../headers.js';
 import { toLogger, type Logger } from '../logger.js';
 import type { BrokerConnection } from '../connection/index.js';
 import { redactUrl } from '../connection/url.js';
-import { checkRoutingKey, encodePayload, hasDefaultProperties, messageIdOf, NO_OPTIONS, occurredAtOf, stampProperties, type PublishOptions } from './stamp.js';
-import { stampTrace, tracePublish } from '../trace/index.js';
+import { checkRoutingKey, encodePayload, hasDefaultProperties, isoTime, messageIdOf, NO_OPTIONS, occurredAtOf, stampProperties, type PublishOptions } from './stamp.js';
+import { stampTrace, tracePublish, tracing } from '../trace/index.js';
 import { closeChannel } from '../connection/channel.js';
 
 export type { PublishOptions };
@@ -151,6 +152,58 @@ function plainProperties(entry: Outgoing): amqp.Options.Publish {
   return properties;
 }
 
+/**
+ * A plain publish as amqplib's own encoder reads it: the `basic.publish` fields and the
+ * properties in one object, in amqplib's names (`deliveryMode`, not `persistent`).
+ */
+export interface WireFields {
+  readonly exchange: string;
+  readonly routingKey: string;
+  readonly mandatory: true;
+  readonly immediate: false;
+  readonly ticket: 0;
+  readonly contentType: 'application/json';
+  readonly deliveryMode: 2;
+  readonly messageId: string;
+  readonly timestamp: number;
+  readonly headers: Record<string, unknown>;
+}
+
+/** What a plain publish (see {@link Outgoing}) is written with, on a channel with amqplib's internals: its fields and properties. */
+export function plainWire(exchange: string, routingKey: string, messageId: string, at: number): WireFields {
+  return {
+    exchange,
+    routingKey,
+    mandatory: true,
+    immediate: false,
+    ticket: 0,
+    contentType: 'application/json',
+    deliveryMode: 2,
+    messageId,
+    timestamp: Math.floor(at / 1000),
+    headers: { 'warren-occurred-at': isoTime(at) } satisfies Record<typeof HEADER.occurredAt, string>,
+  };
+}
+
+/** The parts of amqplib's channel under `publish()`: write a message's frames, then queue its confirm callback. */
+interface ChannelInternals {
+  sendMessage(fields: WireFields, properties: WireFields, content: Buffer): boolean;
+  pushConfirmCallback(cb: (err: unknown) => void): void;
+}
+
+/**
+ * True when `ch` has amqplib's internals that {@link Publisher} writes a plain publish
+ * with (`sendMessage`, `pushConfirmCallback`). `ConfirmChannel.publish` is those two calls
+ * after `Args.publish`, which copies the options into a fresh object whose headers
+ * inherit from the caller's: encoding headers reached through a prototype takes V8's
+ * slow path, and that was the largest single cost of a plain publish. Another amqplib
+ * without them gets `publish()` as before.
+ */
+function hasInternals(ch: amqp.ConfirmChannel): boolean {
+  const inner = ch as unknown as Partial<ChannelInternals>;
+  return typeof inner.sendMessage === 'function' && typeof inner.pushConfirmCallback === 'function';
+}
+
 const DEFAULTS = { maxInFlight: 1000, connectTimeoutMs: 10_000, confirmTimeoutMs: 30_000 } as const;
 
 /**
@@ -182,6 +235,8 @@ export class Publisher extends EventEmitter {
   private sweeper: NodeJS.Timeout | undefined;
   private readonly logger: Logger;
   private channel: amqp.ConfirmChannel | undefined;
+  /** The channel when it has the internals a plain publish is written with (see {@link hasInternals}). */
+  private direct: amqp.ConfirmChannel | undefined;
   private opening: Promise<amqp.ConfirmChannel> | undefined;
   /**
    * Publishes written and awaiting their confirm, oldest first: a list linked through
@@ -318,6 +373,7 @@ export class Publisher extends EventEmitter {
         if (this.writeWaiters.length > 0 && !this.closed) queueMicrotask(() => this.pump());
       });
       this.channel = ch;
+      if (hasInternals(ch)) this.direct = ch;
       return ch;
     })();
     return this.opening.finally(() => {
@@ -418,6 +474,8 @@ export class Publisher extends EventEmitter {
    */
   publish(routingKey: string, payload: unknown, options: PublishOptions = NO_OPTIONS): Promise<PublishReceipt> {
     const exchange = options.exchange ?? this.exchange;
+    // Without an SDK, no span and no closure to hand the context through.
+    if (!tracing()) return this.stampAndEnqueue(exchange, routingKey, payload, options, undefined);
     return tracePublish(exchange, routingKey, (traceContext) => this.stampAndEnqueue(exchange, routingKey, payload, options, traceContext));
   }
 
@@ -588,10 +646,19 @@ export class Publisher extends EventEmitter {
     entry.sentAt = Date.now();
     this.link(entry);
     const given = entry.properties;
-    const properties = given === undefined ? plainProperties(entry) : given.mandatory === true ? given : { ...given, mandatory: true };
     let writable: boolean;
     try {
-      writable = ch.publish(entry.exchange, entry.routingKey, entry.content, properties, (err: unknown) => this.answer(ch, entry, err));
+      const answer = (err: unknown): void => this.answer(ch, entry, err);
+      if (given === undefined && this.direct === ch) {
+        // What ConfirmChannel.publish does, without Args.publish's copy (see hasInternals).
+        const wire = plainWire(entry.exchange, entry.routingKey, entry.messageId as string, entry.at);
+        const inner = ch as unknown as ChannelInternals;
+        writable = inner.sendMessage(wire, wire, entry.content);
+        inner.pushConfirmCallback(answer);
+      } else {
+        const properties = given === undefined ? plainProperties(entry) : given.mandatory === true ? given : { ...given, mandatory: true };
+        writable = ch.publish(entry.exchange, entry.routingKey, entry.content, properties, answer);
+      }
     } catch (error) {
       // Not written. On a closed channel (amqplib fails the unconfirmed before it
       // reports the close) the publish waits for the next channel, still within its

@@ -84,6 +84,11 @@ function tracer(): Otel.Tracer | undefined {
   return tracerOf.tracer;
 }
 
+/** True when an OpenTelemetry SDK is registered: spans would be made. Cheap enough to ask per message. */
+export function tracing(): boolean {
+  return tracer() !== undefined;
+}
+
 /** At most this many cached start-attribute objects per consumer (one per exchange seen). */
 const MAX_CACHED_EXCHANGES = 32;
 
@@ -215,6 +220,11 @@ const NO_DELIVERY_TRACE: DeliveryTrace = {
   headers: (headers) => headers as Record<string, unknown>,
   end: () => undefined,
 };
+
+/** True when `trace` is a span of an SDK's, not the stand-in used without one. */
+export function traced(trace: DeliveryTrace | undefined): boolean {
+  return trace !== undefined && trace !== NO_DELIVERY_TRACE;
+}
 
 /** What a consumer's spans share, built once per consumer. */
 interface ConsumerConstants {
