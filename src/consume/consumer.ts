@@ -9,6 +9,7 @@ import type { ConsumerTopology, Topology } from '../topology/declaration.js';
 import type { Publisher } from '../publish/publisher.js';
 import { checkPolicy } from '../retry-table/wait.js';
 import { closeChannel } from '../connection/channel.js';
+import { AckLine } from './acks.js';
 import { BlipMemory } from './blips.js';
 import { bodyDecoder } from './decode.js';
 import { Delivery } from './delivery.js';
@@ -93,6 +94,8 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   private readonly clock: HandlerClock;
   /** What this process knows of deliveries whose channel it saw close (see {@link BlipMemory}). */
   private readonly blips: BlipMemory;
+  /** Per channel, the deliveries whose acks are coalesced (see {@link AckLine}). */
+  private readonly lines = new Map<amqp.Channel, AckLine>();
   /** What the processor and the settler share with this consumer. */
   private readonly parts: ConsumerParts<T, Tx>;
   private readonly processor: Processor<T, Tx>;
@@ -214,7 +217,9 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       await ch.prefetch(this.prefetch);
       if (await abandon()) return;
       this.channel = ch;
-      const reply = await ch.consume(this.declaration.queue, (msg) => this.onMessage(ch, msg), { noAck: false });
+      const line = new AckLine(ch, this.settler.acked, 2 * this.prefetch + 64);
+      this.lines.set(ch, line);
+      const reply = await ch.consume(this.declaration.queue, (msg) => this.onMessage(ch, line, msg), { noAck: false });
       this.consumerTag = reply.consumerTag;
       if (await abandon()) return;
       this.reattachAttempt = 0;
@@ -243,6 +248,10 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     const held: amqp.ConsumeMessage[] = [];
     for (const d of this.inFlight) if (d !== undefined && d.ch === ch && !d.settled) held.push(d.msg);
     for (const d of this.waiting) if (d.ch === ch) held.push(d.msg);
+    // Succeeded, their ack not written yet: the channel held them too.
+    const line = this.lines.get(ch);
+    this.lines.delete(ch);
+    if (line !== undefined) for (const d of line.unacked()) held.push(d.msg);
     this.blips.channelLost(ch, held);
   }
 
@@ -281,7 +290,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     }
   }
 
-  private onMessage(ch: amqp.Channel, msg: amqp.ConsumeMessage | null): void {
+  private onMessage(ch: amqp.Channel, line: AckLine, msg: amqp.ConsumeMessage | null): void {
     if (msg === null) {
       // The broker cancelled us: the queue was deleted, or it failed over.
       this.logger.error('the broker cancelled the consumer; re-declaring its queues and re-attaching', { consumer: this.name, queue: this.declaration.queue });
@@ -290,7 +299,9 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       if (!this.closed && !this.stopping) this.scheduleReattach('cancelled');
       return;
     }
-    this.waiting.push(new Delivery(msg, ch));
+    const d = new Delivery(msg, ch, line);
+    line.arrived(d);
+    this.waiting.push(d);
     if (this.stopping) return; // close() puts it back
     this.pump();
   }
@@ -361,6 +372,8 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     if (this.running === 0) this.clock.stop();
     this.closed = true;
     this.channel = undefined;
+    // Acks that wait for the end of the turn are written before the channel closes.
+    if (ch) this.lines.get(ch)?.flush();
     if (ch) await step('the channel\'s close', ch.close());
   }
 }

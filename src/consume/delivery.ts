@@ -5,6 +5,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type * as amqp from 'amqplib';
 import type { DeliveryTrace } from '../trace/index.js';
+import type { AckLine } from './acks.js';
 import type { HandlerRun } from './handler-run.js';
 
 /** One delivery, from its arrival to its outcome. Every field is declared here, so its shape never changes on the way. */
@@ -23,10 +24,18 @@ export class Delivery {
   payload: unknown = undefined;
   /** Its handler's run, while the handler runs (aborted if it outlives a shutdown). */
   run: HandlerRun<unknown> | undefined = undefined;
+  /** Its handler succeeded and its ack waits in {@link line} for the end of the turn (`settled` once written). */
+  ackable = false;
+  /** The outcome its coalesced ack reports: `acked`, or `duplicate` when the guard skipped the work. */
+  ackAs: 'acked' | 'duplicate' = 'acked';
+  /** performance.now() when its decision to ack was made, for the outcome's `durationMs`. */
+  doneAt = 0;
 
   constructor(
     readonly msg: amqp.ConsumeMessage,
     readonly ch: amqp.Channel,
+    /** Its channel's acks, when they are coalesced. */
+    readonly line: AckLine | undefined,
   ) {}
 }
 

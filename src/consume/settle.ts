@@ -11,6 +11,7 @@ import { readAttempts } from '../retry/attempts.js';
 import { uuidv7 } from '../publish/message-id.js';
 import type { RetryTablePolicy } from '../retry-table/wait.js';
 import { retryRow } from '../retry-table/row.js';
+import { traced } from '../trace/index.js';
 import type { Decision } from './contract.js';
 import { copyHeaders, originHeaders } from './copy-headers.js';
 import { idOf, type Delivery } from './delivery.js';
@@ -34,7 +35,14 @@ export class Settler<T, Tx> {
   apply(d: Delivery, headers: Record<string, unknown>, decision: Decision): Promise<void> | undefined {
     switch (decision.kind) {
       case 'ack':
-        if (this.ack(d)) this.count({ kind: decision.duplicate ? 'duplicate' : 'acked', messageId: idOf(d), durationMs: performance.now() - d.started }, d);
+        if (d.line !== undefined && !this.parts.stopping() && !traced(d.trace)) {
+          // Written with the others that succeeded in this turn (see AckLine); counted then.
+          d.ackAs = decision.duplicate ? 'duplicate' : 'acked';
+          d.doneAt = performance.now();
+          d.line.ackSoon(d);
+        } else if (this.ack(d)) {
+          this.count({ kind: decision.duplicate ? 'duplicate' : 'acked', messageId: idOf(d), durationMs: performance.now() - d.started }, d);
+        }
         return undefined;
       case 'retry':
         return this.retry(d, headers, decision);
@@ -65,6 +73,12 @@ export class Settler<T, Tx> {
       return false;
     }
   }
+
+  /** A coalesced ack of `d` was written (see AckLine): kept in doubt until proven, and counted. */
+  readonly acked = (d: Delivery): void => {
+    this.parts.blips.ackWritten(d.ch, d.msg);
+    this.count({ kind: d.ackAs, messageId: idOf(d), durationMs: d.doneAt - d.started }, d);
+  };
 
   /**
    * Gives the delivery back to its queue. `asBlip`: its redelivery is no death (a message
