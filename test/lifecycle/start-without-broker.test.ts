@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { BrokerHandshakeError, BrokerUnreachableError, Warren } from '../../src/index.js';
+import { BrokerHandshakeError, BrokerUnreachableError, ClosedError, Warren } from '../../src/index.js';
 import { sqliteStore } from '../../src/store/sqlite/index.js';
 import { TcpProxy } from '../../src/store/testing/tcp-proxy.js';
 import { AMQP_URL, depth, onTeardown, rawConnection, testTopology, waitFor } from '../helpers.js';
@@ -66,6 +66,47 @@ describe('startWithoutBroker', () => {
     console.log(`start with nothing listening: connect resolved in ${startMs} ms`);
   });
 
+  it("a publish that waits while disconnected is bounded: past connectTimeoutMs it rejects with BrokerUnreachableError; one still waiting at close() is refused at once, nothing left pending", async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('billing')]: { bindings: ['order.placed'] } } }));
+    const url = urlOn(await closedPort());
+    const bounded = await Warren.connect({ url, topology, startWithoutBroker: true, publisher: { connectTimeoutMs: 2000 } });
+    onTeardown(() => bounded.close());
+    const waitedFrom = Date.now();
+    const timedOut = await bounded.publish('order.placed', { orderId: 1 }).catch((e: unknown) => e);
+    const waitedMs = Date.now() - waitedFrom;
+    expect(timedOut).toBeInstanceOf(BrokerUnreachableError);
+    expect((timedOut as Error).message).toMatch(/not connected within 2000 ms/);
+    // It waited for the broker (the bound, not a fail-fast), and not much past the bound.
+    expect(waitedMs).toBeGreaterThanOrEqual(1900);
+    expect(waitedMs).toBeLessThan(30_000);
+    await bounded.close();
+
+    // A minute's bound: close() must not wait it out, nor leave the publish pending.
+    const long = await Warren.connect({ url, topology, startWithoutBroker: true, publisher: { connectTimeoutMs: 60_000 } });
+    onTeardown(() => long.close());
+    const settled: Array<string | undefined> = [];
+    const waiting = [1, 2, 3].map((orderId) =>
+      long.publish('order.placed', { orderId }).then(
+        () => settled.push(undefined),
+        (e: unknown) => {
+          settled.push((e as Error).name);
+          throw e;
+        },
+      ),
+    );
+    await new Promise((r) => setTimeout(r, 200));
+    expect(settled).toEqual([]);
+    const closing = Date.now();
+    await long.close();
+    const closeMs = Date.now() - closing;
+    const outcomes = await Promise.allSettled(waiting);
+    expect(outcomes.map((o) => o.status)).toEqual(['rejected', 'rejected', 'rejected']);
+    for (const o of outcomes) expect((o as PromiseRejectedResult).reason).toBeInstanceOf(ClosedError);
+    expect(closeMs).toBeLessThan(20_000);
+    await expect(long.publish('order.placed', { orderId: 4 })).rejects.toBeInstanceOf(ClosedError);
+    console.log(`a waiting publish: rejected ${waitedMs} ms after it was made (connectTimeoutMs 2000); close() with three waiting took ${closeMs} ms`);
+  });
+
   it('broker down at start, then up: outbox writes served meanwhile, a waiting publish confirmed, the consumer attaches, every message handled once', async () => {
     const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { [name('billing')]: { bindings: ['order.placed'] } } }));
     const c = [...topology.consumers.values()][0]!;
@@ -91,6 +132,12 @@ describe('startWithoutBroker', () => {
     });
     onTeardown(() => warren.close());
     const startMs = Date.now() - started;
+    // The outbox publishes the broker confirmed: a row relayed twice would be hidden from
+    // the handler by the idempotency guard, not from this count.
+    let relayed = 0;
+    warren.publisher.on('settled', (error: Error | undefined, _ms: number | undefined, kind: string) => {
+      if (kind === 'outbox' && error === undefined) relayed += 1;
+    });
     const relay = store.relay({ publisher: warren.publisher, exchange: topology.exchange, retry: { initialDelayMs: 50, maxDelayMs: 500 } });
     await relay.start();
     onTeardown(() => relay.stop());
@@ -101,8 +148,9 @@ describe('startWithoutBroker', () => {
     }, { idempotency: store.idempotency() });
     expect((await warren.health()).ready).toBe(false);
 
-    // The requests of the outage: each an order row and its event, in one transaction.
-    const N = 20;
+    // The requests of the outage: each an order row and its event, in one transaction;
+    // more of them than one relay batch (100).
+    const N = 250;
     for (let i = 1; i <= N; i++) {
       await store.transaction(async (tx) => {
         await store.outbox.add(tx, 'order.placed', { orderId: i });
@@ -135,6 +183,8 @@ describe('startWithoutBroker', () => {
 
     expect([...runs.keys()].sort((a, b) => a - b)).toEqual(Array.from({ length: N + 1 }, (_, i) => i + 1));
     expect([...runs.values()].every((n) => n === 1)).toBe(true);
+    // Every row written during the outage relayed, each once.
+    expect(relayed).toBe(N);
     expect(consumer.stats.parked + consumer.stats.retried).toBe(0);
     expect(await depth(raw, c.parkedQueue)).toBe(0);
     console.log(`start with the broker cut off: connect resolved in ${startMs} ms; consumer attached ${attachMs} ms after the broker came back`);
