@@ -38,6 +38,10 @@ export const HEADER = {
    * that were dropped because no header table that held them could be encoded.
    */
   droppedHeaders: 'warren-dropped-headers',
+  /** On a message an operator edited in the archive and sent again: the original message id. */
+  editedFrom: 'warren-edited-from',
+  /** On a message replayed from the archive: the archive row it was sent from. */
+  archiveRow: 'warren-archive-row',
 } as const;
 
 /** Why a message went to the parked queue. */

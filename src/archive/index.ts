@@ -4,3 +4,5 @@ export { ArchiveIngester, archiveIngester, INGEST_DEFAULTS, type ArchiveIngester
 export { decodeFields, encodeFields } from './encoding.js';
 export { archiveFilter, archiveFilterRecord, describeArchiveFilter, storePattern, FILTER_LIMITS, textMatch, type ArchiveFilterInput, type FilterNames } from './filter.js';
 export { archivedMessage, archiveRow, ARCHIVE_LIMITS } from './row.js';
+export { Archive, type ArchiveHost, type ArchiveOptions } from './archive.js';
+export { ArchiveRetentionSchedule, checkRetention, pruneArchive, retentionWarning, type PruneArchiveOptions, type ResolvedRetention } from './retention.js';

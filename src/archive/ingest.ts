@@ -19,6 +19,7 @@ import { InvalidOptionError, StoreUnavailableError } from '../errors.js';
 import { toLogger, type Logger } from '../logger.js';
 import type { ArchiveInsertResult, ArchiveRowInput, ArchiveStore } from '../store/archive.js';
 import type { Topology } from '../topology/declaration.js';
+import { ArchiveRetentionSchedule } from './retention.js';
 import { archiveRow, minimalRow } from './row.js';
 import type { ArchivedEvent, ArchiveIngestOptions, ArchiveIngestState, ArchiveIngestStatus } from './types.js';
 
@@ -153,10 +154,7 @@ class Reader {
       let closed: Promise<void> | undefined;
       try {
         // After the database failed, read again only once it answers: until then the queue keeps the messages.
-        if (this.behindSince !== undefined) {
-          await within(this.deps.store.archive.lastId(), this.o.holdMs, 'the database');
-          this.caughtUp();
-        }
+        if (this.behindSince !== undefined) await within(this.deps.store.archive.lastId(), this.o.holdMs, 'the database');
         if (this.stopping) break;
         const model = await this.deps.connection();
         const ch = await model.createChannel();
@@ -166,8 +164,11 @@ class Reader {
         closed = new Promise<void>((resolve) => ch.once('close', () => resolve()));
         this.channel = ch;
         await ch.prefetch(this.o.prefetch);
+        const queue = await ch.checkQueue(this.queue);
         const ok = await ch.consume(this.queue, (m) => this.onMessage(ch, m), { noAck: false });
         this.consumerTag = ok.consumerTag;
+        // Behind until a batch is stored, or there is nothing left to store.
+        if (queue.messageCount === 0) this.caughtUp();
         if (this.behindSince === undefined) this.status = 'running';
         attempt = 0;
         await closed;
@@ -244,9 +245,12 @@ class Reader {
     let result: ArchiveInsertResult | undefined;
     while (result === undefined) {
       if (batch.channel !== this.channel) return; // given back already
+      const insert = this.insert(rows);
       try {
-        result = await within(this.insert(rows), Math.max(100, deadline - Date.now()), 'the database');
+        result = await within(insert, Math.max(100, deadline - Date.now()), 'the database');
       } catch (error) {
+        // An insert that outlives its wait may still commit: count it then (its messages come again as copies).
+        if (error instanceof Timeout) insert.then((late) => this.count(late), () => undefined);
         this.fellBehind(error);
         if (Date.now() >= deadline || this.stopping) {
           // Held long enough: the queue takes them back (closing the channel returns every unacknowledged message).
@@ -258,10 +262,7 @@ class Reader {
       }
     }
     batch.stored = true;
-    this.batches++;
-    this.archived += result.inserted;
-    this.duplicates += result.duplicates;
-    this.lastArchivedAt = new Date();
+    this.count(result);
     this.caughtUp();
     if (this.channel === batch.channel) this.status = 'running';
     this.settle();
@@ -306,6 +307,13 @@ class Reader {
       }
       return { ids, inserted, duplicates };
     }
+  }
+
+  private count(result: ArchiveInsertResult): void {
+    this.batches++;
+    this.archived += result.inserted;
+    this.duplicates += result.duplicates;
+    this.lastArchivedAt = new Date();
   }
 
   private caughtUp(): void {
@@ -380,6 +388,8 @@ function closeQuietly(ch: amqp.Channel): Promise<void> {
 export class ArchiveIngester extends EventEmitter {
   private readonly readers: Reader[];
   private started = false;
+  /** The retention schedule of the `retention` option. */
+  readonly retention: ArchiveRetentionSchedule | undefined;
 
   constructor(deps: ArchiveIngesterDeps, options: ArchiveIngestOptions = {}) {
     super();
@@ -387,6 +397,7 @@ export class ArchiveIngester extends EventEmitter {
     if (typeof deps.connection !== 'function') throw new InvalidOptionError('connection', 'expected a function that gives the broker connection');
     const o = resolveOptions(deps.topology, options);
     this.readers = o.consumers.map((name) => new Reader(name, deps.topology.consumer(name).parkedQueue, deps, o, this));
+    this.retention = options.retention === undefined ? undefined : new ArchiveRetentionSchedule(deps.store.archive, options.retention, o.logger);
   }
 
   /** Starts reading every parked queue; returns at once (see {@link state}). */
@@ -394,6 +405,7 @@ export class ArchiveIngester extends EventEmitter {
     if (this.started) return;
     this.started = true;
     for (const r of this.readers) r.start();
+    this.retention?.start();
   }
 
   /** Each consumer's ingestion. */
@@ -408,7 +420,7 @@ export class ArchiveIngester extends EventEmitter {
 
   /** Stops taking messages, stores what is held (up to `holdMs`), and closes its channels. Messages not stored stay in their queue. */
   async stop(): Promise<void> {
-    await Promise.all(this.readers.map((r) => r.stop()));
+    await Promise.all([...this.readers.map((r) => r.stop()), this.retention?.stop()]);
   }
 }
 

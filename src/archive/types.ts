@@ -44,6 +44,11 @@ export interface ArchiveIngestOptions {
   retry?: { initialDelayMs?: number; maxDelayMs?: number };
   /** Called after each stored batch with its new rows (not with copies already archived). */
   onArchived?: (rows: readonly ArchivedEvent[]) => void;
+  /**
+   * Prune the archive on a schedule while ingesting: by age, by count per consumer, or both.
+   * @default no retention: rows stay until purged
+   */
+  retention?: ArchiveRetention;
   /** @default the warren's logger, else none */
   logger?: Logger;
 }
@@ -185,6 +190,12 @@ export interface ArchiveReplayOptions extends ArchiveActionOptions {
   dryRun?: boolean;
   /** Rows claimed (and published) per batch. @default 200 */
   batchSize?: number;
+  /**
+   * How long the rows of a batch stay claimed if this replay dies (kill -9, a lost
+   * connection): another replay sends them after that, at most once more.
+   * @default 60000
+   */
+  leaseMs?: number;
   /** Called after each batch. */
   onProgress?: (progress: ArchiveReplayProgress) => void;
 }

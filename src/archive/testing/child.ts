@@ -8,6 +8,9 @@
  * - WARREN_CRASH=after-commit:<n>: SIGKILL itself once the n-th batch is committed,
  *   before it is acknowledged
  *
+ * - WARREN_CHILD_ROLE=replay: replays every open row of WARREN_CONSUMER instead, at
+ *   WARREN_RATE per second, with WARREN_LEASE_MS claims; writes `replayed <n>` after each batch
+ *
  * It writes `ready`, then `committed <total rows>` after each batch the database took.
  * stdout is a pipe, written synchronously on Linux, so a line is out before the kill.
  */
@@ -15,6 +18,7 @@ import * as amqp from 'amqplib';
 import { defineTopology, type TopologyOptions } from '../../index.js';
 import type { ArchiveRowInput, ArchiveStore } from '../../store/archive.js';
 import { openStore, type StoreSpec } from '../../store/testing/spec.js';
+import { Archive } from '../archive.js';
 import { ArchiveIngester } from '../ingest.js';
 
 function need(name: string): string {
@@ -43,6 +47,20 @@ archive.insert = async (input: readonly ArchiveRowInput[]) => {
 };
 const model = await amqp.connect(need('WARREN_AMQP_URL'), { noDelay: true });
 model.on('error', () => undefined);
+if (process.env['WARREN_CHILD_ROLE'] === 'replay') {
+  const consumer = need('WARREN_CONSUMER');
+  say('ready');
+  const r = await new Archive(store).replay(model, topology.consumer(consumer), {
+    filter: { consumer },
+    actor: 'child',
+    batchSize: Number(process.env['WARREN_BATCH'] ?? 20),
+    ratePerSecond: Number(process.env['WARREN_RATE'] ?? 100),
+    leaseMs: Number(process.env['WARREN_LEASE_MS'] ?? 60_000),
+    onProgress: (p) => say(`replayed ${p.replayed}`),
+  });
+  say(`done ${r.replayed}`);
+  process.exit(0);
+}
 const ingester = new ArchiveIngester({ store: { archive }, topology, connection: async () => model }, { batchSize: Number(process.env['WARREN_BATCH'] ?? 20), maxBatchDelayMs: 5 });
 ingester.start();
 say('ready');
