@@ -18,12 +18,13 @@ export {
 export { topologySpec, consumerQueues, type TopologySpec, type QueueSpec, type ExchangeSpec, type BindingSpec, type QueueArguments, type BrokerBinding } from './topology/plan.js';
 export { declareTopology, planTopology, verifyTopology, type TopologyPlan, type PlanEntry } from './topology/apply.js';
 export { BrokerConnection, backoffDelay, redactUrl, type BrokerNode, type ConnectionOptions, type ReadyHook, type TlsOptions } from './connection/index.js';
-export { Publisher, PUBLISH_KINDS, type PublisherOptions, type PublishReceipt, type OutgoingMessage, type PublishKind } from './publish/publisher.js';
+export { Publisher, PUBLISH_KINDS, type PublisherOptions, type PublishReceipt, type OutgoingMessage, type PublishKind, type PublishObserver } from './publish/publisher.js';
 export { stampMessage, type PublishOptions, type StampedMessage } from './publish/stamp.js';
 export { uuidv7 } from './publish/message-id.js';
 export { Consumer } from './consume/consumer.js';
 export { decide, CrashLoopError, type Decision, type DecisionInput, type DecisionNote, type Happening, type InvalidReason } from './consume/contract.js';
 export { copyHeaders, minimalHeaders, originHeaders, type DeliveryFields, type MoveDecision } from './consume/copy-headers.js';
+export type { DeliveryContext, TransactionContext } from './consume/context.js';
 export type { ConsumerOptions, Handler, MessageContext, IdempotencyGuard, Outcome, ConsumerStats } from './consume/types.js';
 export type { StandardSchemaV1, StandardResult, StandardIssue } from './consume/schema.js';
 export type { Codec, Decoder } from './consume/decode.js';

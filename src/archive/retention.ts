@@ -105,6 +105,7 @@ export class ArchiveRetentionSchedule {
     this.retention = checkRetention(given);
   }
 
+  /** Schedules the runs: the first soon (a random share of the interval), then every interval; nothing when the interval is 0, running already or stopped. */
   start(): void {
     if (this.retention.intervalMs <= 0 || this.timer || this.stopped) return;
     this.schedule(Math.round(this.retention.intervalMs * (0.1 + 0.2 * Math.random())));

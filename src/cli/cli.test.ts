@@ -364,7 +364,7 @@ describe('warren parked show', () => {
     expect(r.stdout).toMatch(/error class:\s+HttpError/);
     expect(r.stdout).toMatch(/message:\s+carrier 503 for order 3/);
     expect(r.stdout).toMatch(/Attempt history\n\s+2026-03-01T14:00:00Z\s+attempt 1 failed\n\s+2026-03-01T14:00:00Z\s+attempt 3 failed: HttpError: carrier 503 for order 3\n\s+2026-03-01T14:00:00Z\s+parked: max-attempts after 3 attempts/);
-    for (const h of Object.values(HEADER).filter((h) => !['warren-occurred-at', 'warren-redeliveries', 'warren-replays', 'warren-replayed-at', 'warren-waits', 'warren-dependency', 'warren-tenant', 'warren-dropped-headers'].includes(h))) expect(r.stdout).toContain(`  ${h}: `);
+    for (const h of Object.values(HEADER).filter((h) => !['warren-occurred-at', 'warren-redeliveries', 'warren-replays', 'warren-replayed-at', 'warren-waits', 'warren-dependency', 'warren-tenant', 'warren-dropped-headers', 'warren-edited-from', 'warren-archive-row'].includes(h))) expect(r.stdout).toContain(`  ${h}: `);
     expect(r.stdout).toContain('Body (JSON, ');
     expect(r.stdout).toContain('{\n  "orderId": 3,\n  "lines": [\n    {\n      "sku": "A-1",');
   });

@@ -9,10 +9,18 @@
  */
 import type * as amqp from 'amqplib';
 import { setImmediate } from 'node:timers';
-import type { Delivery } from './delivery.js';
+
+/** What the line needs of a delivery (the consumer's `Delivery`). */
+export interface AckItem {
+  readonly msg: amqp.ConsumeMessage;
+  /** Acked, nacked or rejected: nothing more is written for it. */
+  settled: boolean;
+  /** Its handler succeeded and its ack waits for the next flush. */
+  ackable: boolean;
+}
 
 /** One channel's deliveries in the order the broker sent them (delivery tags rise), until settled. */
-export class AckLine {
+export class AckLine<Delivery extends AckItem = AckItem> {
   /** Deliveries from {@link head} on, oldest first; entries before `head` are gone. */
   private line: (Delivery | undefined)[] = [];
   private head = 0;

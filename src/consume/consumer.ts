@@ -59,8 +59,8 @@ function int(value: number | undefined, fallback: number, option: string, min: n
  * Every move is publish-with-confirm first, ack second.
  *
  * This class keeps the channel and the deliveries in flight (attach, reattach, the
- * pump, close); a delivery's way to its decision is the {@link Processor}'s, carrying
- * the decision out the {@link Settler}'s.
+ * pump, close); a delivery's way to its decision is the `Processor`'s, carrying
+ * the decision out the `Settler`'s.
  *
  * Events: `outcome` ({@link Outcome}), `cancelled` (the broker cancelled the consumer),
  * `error` is never emitted (failures are logged), so no listener is required.
@@ -95,7 +95,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   /** What this process knows of deliveries whose channel it saw close (see {@link BlipMemory}). */
   private readonly blips: BlipMemory;
   /** Per channel, the deliveries whose acks are coalesced (see {@link AckLine}). */
-  private readonly lines = new Map<amqp.Channel, AckLine>();
+  private readonly lines = new Map<amqp.Channel, AckLine<Delivery>>();
   /** What the processor and the settler share with this consumer. */
   private readonly parts: ConsumerParts<T, Tx>;
   private readonly processor: Processor<T, Tx>;
@@ -217,7 +217,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       await ch.prefetch(this.prefetch);
       if (await abandon()) return;
       this.channel = ch;
-      const line = new AckLine(ch, this.settler.acked, 2 * this.prefetch + 64);
+      const line = new AckLine<Delivery>(ch, this.settler.acked, 2 * this.prefetch + 64);
       this.lines.set(ch, line);
       const reply = await ch.consume(this.declaration.queue, (msg) => this.onMessage(ch, line, msg), { noAck: false });
       this.consumerTag = reply.consumerTag;
@@ -290,7 +290,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     }
   }
 
-  private onMessage(ch: amqp.Channel, line: AckLine, msg: amqp.ConsumeMessage | null): void {
+  private onMessage(ch: amqp.Channel, line: AckLine<Delivery>, msg: amqp.ConsumeMessage | null): void {
     if (msg === null) {
       // The broker cancelled us: the queue was deleted, or it failed over.
       this.logger.error('the broker cancelled the consumer; re-declaring its queues and re-attaching', { consumer: this.name, queue: this.declaration.queue });

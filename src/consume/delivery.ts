@@ -35,7 +35,7 @@ export class Delivery {
     readonly msg: amqp.ConsumeMessage,
     readonly ch: amqp.Channel,
     /** Its channel's acks, when they are coalesced. */
-    readonly line: AckLine | undefined,
+    readonly line: AckLine<Delivery> | undefined,
   ) {}
 }
 

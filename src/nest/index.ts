@@ -4,7 +4,7 @@
  * The terminus health indicator is in `warren/nest/terminus`. See docs/nest.md.
  */
 export { WarrenModule } from './module.js';
-export { WarrenConsumer, InjectWarren, InjectPublisher, WARREN_CONSUMER, type WarrenConsumerMetadata, type ConsumerMethodDecorator } from './decorators.js';
+export { WarrenConsumer, InjectWarren, InjectPublisher, WARREN_CONSUMER, type WarrenConsumerMetadata, type ConsumerMethodDecorator, type TransactionalContext } from './decorators.js';
 export { WARREN_MODULE_OPTIONS } from './lifecycle.js';
 export { WARREN_MODULE_ROUTES } from './module.js';
 export { WARREN_SERVICE } from './http.js';

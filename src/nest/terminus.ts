@@ -118,6 +118,7 @@ export interface WarrenHealthModuleOptions {
  */
 @Module({})
 export class WarrenHealthModule {
+  /** The module, with the indicator's options (names, what counts as down). */
   static forRoot(options: WarrenHealthModuleOptions = {}): DynamicModule {
     if (typeof options !== 'object' || options === null) throw new InvalidOptionError('WarrenHealthModule options', 'expected { path?, key?, include? }');
     const path = options.path ?? 'health';

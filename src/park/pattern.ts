@@ -648,6 +648,7 @@ export interface TextPattern {
   test(text: string): boolean;
   /** The pattern as a literal: `/source/` or `/source/i`. */
   toString(): string;
+  /** The same literal as {@link toString}, so a pattern in JSON reads as written. */
   toJSON(): string;
 }
 

@@ -23,24 +23,32 @@ describe.each<QueueType>(['classic', 'quorum'])('a parked-queue walk (%s queue)'
     const url = new URL(AMQP_URL);
     url.port = String(proxy.port);
     const walker = await connectRaw(url.toString());
-    // The walk's own channel (after the one that checks the queue exists): when it is
-    // closed, the broker's close-ok is held back, and the connection cut a moment later.
+    // The walk's own channel (the one that consumes, not those that check the queue and
+    // its type): when it is closed, the broker's close-ok is held back, and the connection
+    // cut a moment later.
     const create = walker.createChannel.bind(walker);
-    let created = 0;
+    let walks = 0;
     (walker as { createChannel: typeof create }).createChannel = async () => {
       const ch = await create();
-      if (++created === 2) {
-        const close = ch.close.bind(ch);
-        ch.close = () => {
+      const consume = ch.consume.bind(ch);
+      let consumed = false;
+      ch.consume = (...args: Parameters<typeof consume>) => {
+        if (!consumed) walks += 1;
+        consumed = true;
+        return consume(...args);
+      };
+      const close = ch.close.bind(ch);
+      ch.close = () => {
+        if (consumed) {
           proxy.hold();
           setTimeout(() => void proxy.cut(), 200);
-          return close();
-        };
-      }
+        }
+        return close();
+      };
       return ch;
     };
     const result = await replayParked(walker, billing, { limit: 5 });
-    expect(created).toBeGreaterThanOrEqual(2);
+    expect(walks, 'the walk consumed on a channel of its own').toBe(1);
     expect(result.replayed).toBe(5);
     await waitFor(async () => (await depth(conn, billing.parkedQueue)) === 45, 'the other 45 back in the parked queue');
     const replayed = (await drain(conn, billing.queue)).map((m) => m.properties.messageId as string);
