@@ -5,6 +5,7 @@
  *
  *   npm run bench                 all of them
  *   npm run bench -- clients stores  some of them (clients, memory, stores, replay, hop, retry, metrics, tracing, console, pattern)
+ *   npm run bench -- archive      the failure archive at 1,000,000 rows per backend (`--rows N`, `--backend sqlite`); only when named
  *
  * clients (bare amqplib, warren and other clients: publish and consume, msg/s and CPU
  * per message) runs on every broker of WARREN_BENCH_BROKERS (3.10 at :5672, 4.0 at
@@ -16,6 +17,7 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { loadavg } from 'node:os';
+import { benchArchive } from './archive.js';
 import { benchConsole } from './console.js';
 import { benchClients } from './clients.js';
 import { benchHop } from './hop.js';
@@ -28,15 +30,18 @@ import { benchRetryTable } from './retry-table.js';
 import { benchStores } from './stores.js';
 import { benchTracing } from './tracing.js';
 
-const suites: Record<string, () => Promise<BenchRow[]>> = { clients: benchClients, memory: benchMemory, stores: benchStores, replay: benchReplay, hop: benchHop, retry: benchRetryTable, metrics: benchMetrics, tracing: benchTracing, console: benchConsole, pattern: benchPattern };
-const wanted = process.argv.slice(2).filter((a) => !a.startsWith('-'));
+const suites: Record<string, () => Promise<BenchRow[]>> = { archive: () => benchArchive(), clients: benchClients, memory: benchMemory, stores: benchStores, replay: benchReplay, hop: benchHop, retry: benchRetryTable, metrics: benchMetrics, tracing: benchTracing, console: benchConsole, pattern: benchPattern };
+// Options with a value (the archive's `--rows N`, `--backend NAME`) are not benchmark names.
+const VALUED = new Set(['--rows', '--backend']);
+const wanted = process.argv.slice(2).filter((a, i, all) => !a.startsWith('-') && !VALUED.has(all[i - 1] ?? ''));
 for (const name of wanted) {
   if (!(name in suites)) {
     console.error(`Unknown benchmark '${name}'. Choose from: ${Object.keys(suites).join(', ')}.`);
     process.exit(2);
   }
 }
-const chosen = wanted.length ? wanted : Object.keys(suites);
+// The archive's seeds a million rows per backend: it runs when named.
+const chosen = wanted.length ? wanted : Object.keys(suites).filter((s) => s !== 'archive');
 
 // The replay benchmark runs the built command line.
 if (chosen.includes('replay') && !existsSync(new URL('../dist/cli/main.js', import.meta.url))) {
