@@ -1,7 +1,9 @@
 /**
  * The console's routes on Hono. Every request is authorized; every POST needs the
- * operator role and the user's CSRF token; every response carries a strict
- * Content-Security-Policy (scripts and styles only from the console's own files).
+ * user's CSRF token and, but for the export, the operator role; every response carries a strict
+ * Content-Security-Policy (scripts and styles only from the console's own files). Only
+ * the console's own pages and direct requests are answered (see {@link foreignRequest}),
+ * HEAD does no work, and every route that does work is a POST.
  */
 import { Hono, type Context } from 'hono';
 import { InvalidOptionError, UnknownConsumerError, WarrenError } from '../errors.js';
@@ -32,6 +34,35 @@ const SECURITY_HEADERS: Readonly<Record<string, string>> = {
   'cache-control': 'no-store',
 };
 
+/**
+ * Why a request comes from another site's page, or null when it comes from the console's
+ * own pages or directly (an address typed, curl, a script). Browsers say where a request
+ * comes from in Sec-Fetch-Site; older ones at least send Origin on cross-origin requests,
+ * which must then be the console's own: its host (or the proxy's, in X-Forwarded-Host) and
+ * scheme (or the proxy's, in X-Forwarded-Proto).
+ */
+export function foreignRequest(c: Context): string | null {
+  const site = c.req.header('sec-fetch-site')?.trim().toLowerCase();
+  if (site === 'cross-site') return 'this request comes from a page of another site';
+  if (site === 'same-site') return 'this request comes from another origin of the same site (another host or port)';
+  const origin = c.req.header('origin');
+  if (origin === undefined) return null;
+  const url = new URL(c.req.url);
+  const first = (name: string) => c.req.header(name)?.split(',')[0]?.trim().toLowerCase() || undefined;
+  const hosts = [url.host, c.req.header('host')?.toLowerCase(), first('x-forwarded-host')].filter((x): x is string => x !== undefined);
+  const schemes = [url.protocol.replace(/:$/, ''), first('x-forwarded-proto')].filter((x): x is string => x !== undefined);
+  const own = new Set(hosts.flatMap((host) => schemes.map((scheme) => `${scheme}://${host}`)));
+  return own.has(origin.trim().toLowerCase()) ? null : `this request comes from another origin (${origin.slice(0, 100)})`;
+}
+
+/** POSTs a viewer may make: they change nothing, and are POSTs so that no other page can set them off with a link. */
+const VIEWER_POSTS = [/^\/parked\/[^/]+\/export\/?$/];
+
+function viewerMayPost(basePath: string, path: string): boolean {
+  const rest = path.slice(basePath.length);
+  return VIEWER_POSTS.some((re) => re.test(rest));
+}
+
 function wantsJson(c: Context): boolean {
   return c.req.path.includes('/api/') || (c.req.header('accept') ?? '').startsWith('application/json');
 }
@@ -59,6 +90,9 @@ export function consoleApp(options: ResolvedOptions, data: ConsoleData, jobs: Jo
       const host = (c.req.header('host') ?? '').toLowerCase();
       if (!options.allowedHosts.has(host)) return c.text(`Host ${JSON.stringify(host)} is not one this console answers to.`, 403);
     }
+    // Before anything else is read or done: another site's page (an <img>, a form, a script) gets nothing.
+    const foreign = foreignRequest(c);
+    if (foreign) return c.text(`Refused: ${foreign}. The console answers only to its own pages and to requests made directly: open the console's address yourself.`, 403);
     const user = await options.authorize(c.req.raw);
     if (!user) {
       const res = c.text('Sign in to use the console.', 401);
@@ -66,6 +100,8 @@ export function consoleApp(options: ResolvedOptions, data: ConsoleData, jobs: Jo
       return res;
     }
     if (user.role !== 'viewer' && user.role !== 'operator') return c.text('authorize returned a role that is neither viewer nor operator.', 500);
+    // HEAD answers with headers only and does no work: no reading of a queue, no export, no record.
+    if (c.req.method === 'HEAD') return c.body(null, 200, { 'content-type': wantsJson(c) ? 'application/json' : 'text/html; charset=utf-8' });
     c.set('user', user);
     const brokerName = options.brokerName;
     c.set('page', {
@@ -78,23 +114,9 @@ export function consoleApp(options: ResolvedOptions, data: ConsoleData, jobs: Jo
       },
       database: options.databaseName,
     });
-    if (c.req.method !== 'GET' && c.req.method !== 'HEAD') {
+    if (c.req.method !== 'GET') {
       if (c.req.method !== 'POST') return c.text('Only GET and POST are used.', 405);
-      if (user.role !== 'operator') return c.text(`${user.user} is a viewer: changes need the operator role.`, 403);
-      const origin = c.req.header('origin');
-      // A page of another site, or a sandboxed one (Origin: null), never gets this far.
-      if (origin !== undefined) {
-        let same: boolean;
-        try {
-          // Behind a proxy that rewrites Host, the browser's host is in X-Forwarded-Host.
-          const from = new URL(origin).host.toLowerCase();
-          const hosts = [c.req.header('host'), c.req.header('x-forwarded-host')?.split(',')[0]?.trim()].filter((x): x is string => Boolean(x)).map((x) => x.toLowerCase());
-          same = hosts.includes(from);
-        } catch {
-          same = false;
-        }
-        if (!same) return c.text('Cross-origin request refused.', 403);
-      }
+      if (user.role !== 'operator' && !viewerMayPost(options.basePath, c.req.path)) return c.text(`${user.user} is a viewer: changes need the operator role.`, 403);
       let token = c.req.header('x-warren-csrf');
       if (token === undefined) {
         const type = c.req.header('content-type') ?? '';

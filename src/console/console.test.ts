@@ -151,7 +151,7 @@ describe('console: hostile input is text', () => {
     const pages = [
       await get(ops, `/parked/${billing.name}`),
       await get(ops, `/parked/${billing.name}/messages/${id}`),
-      await get(ops, `/parked/${billing.name}/purge`),
+      await post(ops, `/parked/${billing.name}/purge/filter`, {}),
     ];
     for (const p of pages) {
       expect(p.status).toBe(200);
@@ -319,15 +319,18 @@ describe('console: replay, canary, purge', () => {
     await publishParked(conn, topology, billing, failures(3, (i) => ({ message: i < 2 ? 'gone for good' : 'other' })));
     const log = memoryActionLog();
     const ops = testConsole(topology, { actionLog: log });
-    const confirm = await get(ops, `/parked/${billing.name}/purge?error=gone`);
+    const confirm = await post(ops, `/parked/${billing.name}/purge/filter`, { error: 'gone' });
     expect(confirm.status).toBe(200);
     expect(confirm.text).toMatch(/<b id="purge-count">2<\/b>/);
-    const exportHref = /id="purge-export" href="([^"]+)"/.exec(confirm.text)?.[1]?.replace(/&amp;/g, '&') ?? '';
-    const exported = await get(ops, exportHref.replace(ops.basePath, ''));
+    // The export button posts the same selection.
+    const exportForm = /<form class="inline" id="purge-export" method="post" action="([^"]+)">([\s\S]*?)<\/form>/.exec(confirm.text);
+    const exportFields = Object.fromEntries([...(exportForm?.[2] ?? '').matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)">/g)].filter((m) => m[1] !== '_csrf').map((m) => [m[1] as string, m[2] as string]));
+    expect(exportFields).toEqual({ error: 'gone' });
+    const exported = await post(ops, (exportForm?.[1] ?? '').replace(ops.basePath, ''), exportFields);
     expect(exported.text.trim().split('\n').map((l) => (JSON.parse(l) as { failure: { message: string } }).failure.message)).toEqual(['gone for good', 'gone for good']);
     const token = /name="purge" value="([^"]+)"/.exec(confirm.text)?.[1] as string;
     // Viewers never reach this form; a wrong confirmation deletes nothing.
-    expect((await get(ops, `/parked/${billing.name}/purge`, VIEWER)).status).toBe(403);
+    expect((await post(ops, `/parked/${billing.name}/purge/filter`, {}, { user: VIEWER, csrf: await csrfOf(ops, VIEWER) })).status).toBe(403);
     const wrong = await post(ops, `/parked/${billing.name}/purge`, { purge: token, confirm: '3' });
     expect(wrong.status).toBe(400);
     expect(wrong.text).toContain('Not purged');

@@ -2,8 +2,10 @@
 // sites, secrets in URLs, a forged or failing action record, and the smaller leaks.
 import { describe, expect, it } from 'vitest';
 import { testTopology } from '../../test/helpers.js';
-import { declared, publishParked } from '../park/testing/fixtures.js';
-import { get, testConsole, VIEWER } from './testing/harness.js';
+import { declared, failures, publishParked } from '../park/testing/fixtures.js';
+import { memoryActionLog } from './index.js';
+import type { ConsoleUser } from './auth.js';
+import { csrfOf, get, OPERATOR, post, testConsole, VIEWER } from './testing/harness.js';
 
 function billingTopology() {
   return testTopology(({ exchange, name }) => ({
@@ -50,5 +52,89 @@ describe('console security: error patterns', () => {
       expect(res.text, pattern).toMatch(/Invalid option `error`/);
       expect(res.text.replace(/&quot;/g, '"').replace(/&#39;/g, "'").replace(/&amp;/g, '&'), pattern).toMatch(what);
     }
+  });
+});
+
+/** A request as a browser would send it, with the given fetch-metadata and origin headers. */
+async function ask(ops: ReturnType<typeof testConsole>, method: 'GET' | 'HEAD', path: string, headers: Record<string, string> = {}, user: ConsoleUser = OPERATOR) {
+  const res = await ops.fetch(new Request(`http://console.test${ops.basePath}${path}`, { method, headers: { 'x-test-user': user.user, ...headers } }));
+  return { status: res.status, text: await res.text(), headers: res.headers };
+}
+
+describe('console security: requests from other sites', () => {
+  it("another site's <img src=…/export> exports nothing and records nothing; HEAD does no work; the export is a POST of the console's own page", async () => {
+    const topology = billingTopology();
+    const conn = await declared(topology);
+    const billing = topology.consumer('billing');
+    await publishParked(conn, topology, billing, failures(2));
+    const log = memoryActionLog();
+    const ops = testConsole(topology, { actionLog: log });
+    const exportPath = `/parked/${billing.name}/export`;
+    // What Chromium sends for an <img> on another site.
+    const img = await ask(ops, 'GET', exportPath, { 'sec-fetch-site': 'cross-site', 'sec-fetch-mode': 'no-cors', 'sec-fetch-dest': 'image' });
+    expect(img.status).toBe(403);
+    expect(img.text).toMatch(/another site/);
+    // A browser without fetch metadata still sends Origin on a cross-origin fetch.
+    expect((await ask(ops, 'GET', exportPath, { origin: 'http://evil.example' })).status).toBe(403);
+    // A GET never exports, even a direct one: the export is a POST.
+    const direct = await ask(ops, 'GET', exportPath);
+    expect(direct.text).not.toContain('m-0000');
+    // HEAD answers headers only, and does nothing: no export, no purge count, no reading of the queue.
+    for (const path of [exportPath, `/parked/${billing.name}`, `/parked/${billing.name}/purge`, `/parked/${billing.name}/messages/m-00001`]) {
+      const head = await ask(ops, 'HEAD', path);
+      expect(head.status, path).toBe(200);
+      expect(head.text, path).toBe('');
+      expect(head.headers.get('content-security-policy'), path).toContain("default-src 'self'");
+    }
+    // A cross-site POST of the export is refused like any other.
+    expect((await post(ops, exportPath, {}, { headers: { 'sec-fetch-site': 'cross-site' } })).status).toBe(403);
+    expect(await log.list({ limit: 10 })).toEqual([]);
+    // Nothing above read the parked queue: its first message was never delivered to anyone.
+    const ch = await conn.createChannel();
+    const first = await ch.get(billing.parkedQueue, { noAck: false });
+    expect(first && first.fields.redelivered).toBe(false);
+    if (first) ch.nack(first, false, true);
+    await ch.close();
+
+    // From the console's own page: the export, recorded; a viewer may export too.
+    const own = await post(ops, exportPath, {}, { headers: { 'sec-fetch-site': 'same-origin', origin: 'http://console.test' } });
+    expect(own.status).toBe(200);
+    expect(own.text.trim().split('\n').length).toBe(2);
+    const viewer = await post(ops, exportPath, {}, { user: VIEWER, csrf: await csrfOf(ops, VIEWER) });
+    expect(viewer.status).toBe(200);
+    expect((await log.list({ limit: 10 })).map((r) => [r.action, r.actor, r.count])).toEqual([
+      ['parked.export', VIEWER.user, 2],
+      ['parked.export', OPERATOR.user, 2],
+    ]);
+    // The page offers the export and the purge as forms that POST, never as links.
+    const page = await get(ops, `/parked/${billing.name}`);
+    expect(page.text).not.toMatch(/<a [^>]*href="[^"]*\/(export|purge)/);
+    expect(page.text).toMatch(/<form [^>]*method="post" action="[^"]*\/export"/);
+    expect(page.text).toMatch(/<form [^>]*method="post" action="[^"]*\/purge\/filter"/);
+    expect((await get(ops, `/parked/${billing.name}`, VIEWER)).text).toMatch(/<form [^>]*method="post" action="[^"]*\/export"/);
+  });
+
+  it('pages answer only to their own origin or to a direct request, with a 403 that says why', async () => {
+    const topology = billingTopology();
+    await declared(topology);
+    const ops = testConsole(topology);
+    for (const [headers, status] of [
+      [{}, 200],
+      [{ 'sec-fetch-site': 'none' }, 200],
+      [{ 'sec-fetch-site': 'same-origin', origin: 'http://console.test' }, 200],
+      [{ 'sec-fetch-site': 'same-site' }, 403],
+      [{ 'sec-fetch-site': 'cross-site', 'sec-fetch-mode': 'navigate' }, 403],
+      [{ origin: 'http://evil.example' }, 403],
+      [{ origin: 'https://console.test' }, 403],
+      [{ origin: 'null' }, 403],
+      // Behind a proxy: the browser's origin is the proxy's, which it names in X-Forwarded-*.
+      [{ origin: 'https://ops.example', 'x-forwarded-host': 'ops.example', 'x-forwarded-proto': 'https' }, 200],
+    ] as const) {
+      const res = await ask(ops, 'GET', '/', headers);
+      expect(res.status, JSON.stringify(headers)).toBe(status);
+      if (status === 403) expect(res.text, JSON.stringify(headers)).toMatch(/^Refused: .*(another site|another origin).*open the console/);
+    }
+    // The same rule for a POST.
+    expect((await post(ops, `/parked/${topology.consumer('billing').name}/replay`, { scope: 'filter' }, { headers: { 'sec-fetch-site': 'same-site' } })).status).toBe(403);
   });
 });

@@ -12,6 +12,9 @@ export interface FilterFields {
   readonly mid?: string | undefined;
 }
 
+/** A filter and, for a group, its fingerprint: what an export or a purge is asked for. */
+export type ExportFields = FilterFields & { readonly fingerprint?: string | undefined };
+
 /** One consumer's line on the parked index. */
 export interface ParkedIndexRow {
   readonly consumer: string;
@@ -30,16 +33,8 @@ ${rows.map((r) => h`<tr data-consumer="${r.consumer}"><th scope="row"><a href="$
   });
 }
 
-function hiddenFilter(f: FilterFields): Fragment {
+function hiddenFilter(f: ExportFields): Fragment {
   return h`${Object.entries(f).map(([k, v]) => (v === undefined || v === '' ? '' : h`<input type="hidden" name="${k}" value="${v}">`))}`;
-}
-
-/** The query string of a filter, for links that keep it. */
-export function filterQuery(f: FilterFields, extra: Record<string, string> = {}): string {
-  const q = new URLSearchParams();
-  for (const [k, v] of Object.entries({ ...f, ...extra })) if (v !== undefined && v !== '') q.set(k, v);
-  const s = q.toString();
-  return s ? `?${s}` : '';
 }
 
 function filterForm(ctx: PageContext, consumer: string, f: FilterFields): Fragment {
@@ -58,8 +53,17 @@ function rateField(): Fragment {
   return h`<label>rate <input type="number" name="rate" min="0.1" step="any" placeholder="no limit" size="6"> /s</label>`;
 }
 
+/**
+ * A button in a form of its own that POSTs `fields` (and the CSRF token) to `action`: what
+ * does work is never a link, so no other site's page can set it off.
+ */
+function postButton(ctx: PageContext, action: string, fields: ExportFields, label: string, dataAction: string, id?: string): Fragment {
+  return h`<form class="inline"${id ? h` id="${id}"` : ''} method="post" action="${action}">${csrfField(ctx)}${hiddenFilter(fields)}<button type="submit" data-action="${dataAction}">${label}</button></form>`;
+}
+
 function groupRow(ctx: PageContext, consumer: string, g: ParkedGroup, f: FilterFields, operator: boolean): Fragment {
   const c = encodeURIComponent(consumer);
+  const group = { ...f, fingerprint: g.fingerprint };
   return h`<tr data-fingerprint="${g.fingerprint}">
 <td class="n" data-field="count">${g.count}</td>
 <td data-field="errorClass">${g.errorClass ?? '–'}</td>
@@ -70,9 +74,9 @@ function groupRow(ctx: PageContext, consumer: string, g: ParkedGroup, f: FilterF
     operator
       ? h`<form class="inline" method="post" action="${ctx.base}/parked/${c}/replay">${csrfField(ctx)}${hiddenFilter(f)}<input type="hidden" name="scope" value="group"><input type="hidden" name="fingerprint" value="${g.fingerprint}">${rateField()}<button type="submit" data-action="replay-group">Replay ${g.count}</button></form>
 <form class="inline" method="post" action="${ctx.base}/parked/${c}/canary">${csrfField(ctx)}${hiddenFilter(f)}<input type="hidden" name="fingerprint" value="${g.fingerprint}"><label>first <input type="number" name="n" min="1" value="${Math.min(3, g.count)}" size="3"></label><label>watch <input type="number" name="window" min="0" size="4" placeholder="ladder+10"> s</label><button type="submit" data-action="canary">Canary</button></form>
-<a href="${ctx.base}/parked/${c}/purge${filterQuery(f, { fingerprint: g.fingerprint })}" data-action="purge-group">Purge…</a>`
+${postButton(ctx, `${ctx.base}/parked/${c}/purge/filter`, group, 'Purge…', 'purge-group')}`
       : ''
-  } <a href="${ctx.base}/parked/${c}/export${filterQuery(f, { fingerprint: g.fingerprint })}" data-action="export-group">Export</a></td>
+  } ${postButton(ctx, `${ctx.base}/parked/${c}/export`, group, 'Export', 'export-group')}</td>
 </tr>`;
 }
 
@@ -109,8 +113,12 @@ ${
 <tbody>${d.groups.map((g) => groupRow(ctx, d.consumer, g, d.filter, operator))}</tbody></table>`
 }
 ${
-  operator && d.matched > 0
-    ? h`<form id="replay-filter" class="box" method="post" action="${ctx.base}/parked/${c}/replay">${csrfField(ctx)}${hiddenFilter(d.filter)}<input type="hidden" name="scope" value="filter">Every message that matches (${d.matched}): ${rateField()}<button type="submit" data-action="replay-filter">Replay all ${d.matched}</button> <a href="${ctx.base}/parked/${c}/purge${filterQuery(d.filter)}" data-action="purge-filter">Purge…</a> <a href="${ctx.base}/parked/${c}/export${filterQuery(d.filter)}" data-action="export-filter">Export</a></form>`
+  d.matched > 0
+    ? h`<div class="box" id="filter-actions">Every message that matches (${d.matched}): ${
+        operator
+          ? h`<form id="replay-filter" class="inline" method="post" action="${ctx.base}/parked/${c}/replay">${csrfField(ctx)}${hiddenFilter(d.filter)}<input type="hidden" name="scope" value="filter">${rateField()}<button type="submit" data-action="replay-filter">Replay all ${d.matched}</button></form> ${postButton(ctx, `${ctx.base}/parked/${c}/purge/filter`, d.filter, 'Purge…', 'purge-filter')} `
+          : ''
+      }${postButton(ctx, `${ctx.base}/parked/${c}/export`, d.filter, 'Export', 'export-filter')}</div>`
     : ''
 }
 <h2>Messages${d.messages.length < d.matched ? ` (the first ${d.messages.length})` : ''}</h2>
@@ -195,17 +203,18 @@ export interface PurgeConfirm {
   readonly token: string;
   readonly count: number;
   readonly described: string;
-  readonly exportQuery: string;
+  /** The fields that export what the purge would delete. */
+  readonly exportFields: ExportFields;
   /** Why a previous confirmation was refused. */
   readonly refused: string | null;
 }
 
-/** The purge confirmation: the count, an export link, and a field to type the count or the consumer's name into. */
+/** The purge confirmation: the count, an export button, and a field to type the count or the consumer's name into. */
 export function purgePage(ctx: PageContext, p: PurgeConfirm): string {
   const c = encodeURIComponent(p.consumer);
   const body = h`<section id="purge" data-count="${p.count}">
 <p>Purging deletes <b id="purge-count">${p.count}</b> parked message${p.count === 1 ? '' : 's'} of <b>${p.consumer}</b> (${p.described}) for good. Messages parked since this page was made are not touched.</p>
-<p>Keep a copy first: <a id="purge-export" href="${ctx.base}/parked/${c}/export${p.exportQuery}" data-action="export">export them as JSON lines</a>.</p>
+<p>Keep a copy first: ${postButton(ctx, `${ctx.base}/parked/${c}/export`, p.exportFields, 'Export them as JSON lines', 'export', 'purge-export')}</p>
 ${p.refused ? h`<p class="error" id="purge-refused">${p.refused}</p>` : ''}
 <form id="purge-form" class="box" method="post" action="${ctx.base}/parked/${c}/purge">
 ${csrfField(ctx)}<input type="hidden" name="purge" value="${p.token}">

@@ -15,7 +15,7 @@ import type { ConsumerTopology } from '../../topology/declaration.js';
 import { ConsoleHttpError, type ConsoleEnv, type RouteDeps } from '../http.js';
 import type { ConsoleUser } from '../auth.js';
 import type { Job, JobState, JobView } from '../jobs.js';
-import { filterQuery, jobPage, messagePage, parkedIndexPage, parkedPage, purgedPage, purgePage, type FilterFields } from '../pages/parked.js';
+import { jobPage, messagePage, parkedIndexPage, parkedPage, purgedPage, purgePage, type ExportFields, type FilterFields } from '../pages/parked.js';
 import { formOf, numberField, queryOf, type Fields } from './form.js';
 
 const FIELD_NAMES = { error: 'error', errorClass: 'class', since: 'since', until: 'until', messageIds: 'message id', routingKey: 'routing key' };
@@ -48,7 +48,7 @@ interface PendingPurge {
   readonly identities: readonly string[];
   readonly filter: Record<string, unknown>;
   readonly described: string;
-  readonly exportQuery: string;
+  readonly exportFields: ExportFields;
   readonly user: string;
   readonly expires: number;
 }
@@ -176,9 +176,10 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
     return c.html(messagePage(c.get('page'), target.name, found, attemptHistory(found)));
   });
 
-  app.get('/parked/:consumer/export', async (c) => {
+  // A POST, though it changes nothing: an export reads the whole queue and is recorded, so no link may set it off.
+  app.post('/parked/:consumer/export', async (c) => {
     const target = consumerOf(c);
-    const q = queryOf(c);
+    const q = await formOf(c);
     const ff = filterFields(q);
     const filter = toFilter(ff);
     const fingerprint = q.one('fingerprint');
@@ -327,23 +328,20 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
     for (const [k, p] of pending) if (p.expires < Date.now()) pending.delete(k);
     const token = randomUUID();
     const described = ids ? `${ids.length} selected` : fingerprint ? `group ${fingerprint}, ${describeFilter(filter)}` : describeFilter(filter);
-    const exportQuery = ids ? filterQuery({}, { mid: ids.join(',') }) : filterQuery(ff, fingerprint ? { fingerprint } : {});
+    const exportFields = ids ? { mid: ids.join(',') } : { ...ff, ...(fingerprint ? { fingerprint } : {}) };
     pending.set(token, {
       consumer: target.name,
       identities,
       filter: ids ? { messageIds: ids.length > 20 ? `${ids.length} ids` : ids } : plainFilter(filter, fingerprint),
       described,
-      exportQuery,
+      exportFields,
       user: c.get('user').user,
       expires: Date.now() + PENDING_PURGE_MS,
     });
-    return c.html(purgePage(c.get('page'), { consumer: target.name, token, count: identities.length, described, exportQuery, refused: null }));
+    return c.html(purgePage(c.get('page'), { consumer: target.name, token, count: identities.length, described, exportFields, refused: null }));
   }
 
-  app.get('/parked/:consumer/purge', async (c) => {
-    if (c.get('user').role !== 'operator') throw new ConsoleHttpError(403, 'Purging needs the operator role.');
-    return confirmPurge(c, queryOf(c), 'filter');
-  });
+  app.post('/parked/:consumer/purge/filter', async (c) => confirmPurge(c, await formOf(c), 'filter'));
   app.post('/parked/:consumer/purge/selected', async (c) => confirmPurge(c, await formOf(c), 'selected'));
 
   app.post('/parked/:consumer/purge', async (c) => {
@@ -357,7 +355,7 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
     const typed = f.one('confirm') ?? '';
     if (typed !== String(p.identities.length) && typed !== target.name) {
       return c.html(
-        purgePage(c.get('page'), { consumer: target.name, token, count: p.identities.length, described: p.described, exportQuery: p.exportQuery, refused: `Not purged: type ${p.identities.length} or ${target.name} exactly to confirm.` }),
+        purgePage(c.get('page'), { consumer: target.name, token, count: p.identities.length, described: p.described, exportFields: p.exportFields, refused: `Not purged: type ${p.identities.length} or ${target.name} exactly to confirm.` }),
         400,
       );
     }
