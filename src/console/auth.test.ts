@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { anyOf, checkCsrf, csrfToken, parseUsers, tokenAuth, trustedHeaderAuth } from './auth.js';
+import { anyOf, basicAuth, checkCsrf, csrfToken, hashPassword, parseUsers, tokenAuth, trustedHeaderAuth } from './auth.js';
 
 const req = (headers: Record<string, string>) => new Request('http://x/', { headers });
 const basic = (user: string, password: string) => `Basic ${Buffer.from(`${user}:${password}`).toString('base64')}`;
@@ -7,12 +7,24 @@ const basic = (user: string, password: string) => `Basic ${Buffer.from(`${user}:
 describe('console auth methods', () => {
   it('a token as bearer or as the basic password; the operator and viewer tokens give their roles', async () => {
     const auth = tokenAuth({ operator: 'op-token-0123456789', viewer: 'view-token-0123456789' });
-    expect(await auth(req({ authorization: 'Bearer op-token-0123456789' }))).toEqual({ user: 'token', role: 'operator' });
-    expect(await auth(req({ authorization: basic('alice', 'op-token-0123456789') }))).toEqual({ user: 'alice', role: 'operator' });
-    expect(await auth(req({ authorization: basic('bob', 'view-token-0123456789') }))).toEqual({ user: 'bob', role: 'viewer' });
+    expect(await auth(req({ authorization: 'Bearer op-token-0123456789' }))).toEqual({ user: 'token:operator', role: 'operator' });
+    // The name typed beside a token is not who signed in: the token's role is.
+    expect(await auth(req({ authorization: basic('alice', 'op-token-0123456789') }))).toEqual({ user: 'token:operator', role: 'operator' });
+    expect(await auth(req({ authorization: basic('bob', 'view-token-0123456789') }))).toEqual({ user: 'token:viewer', role: 'viewer' });
     expect(await auth(req({ authorization: 'Bearer op-token-012345678' }))).toBeNull();
     expect(await auth(req({}))).toBeNull();
     expect(() => tokenAuth({ operator: 'short' })).toThrow(/shorter than 16 characters/);
+  });
+
+  it('beside a users file, a token holder is token:<role>, and a name of the file is refused with a token', async () => {
+    const users = parseUsers(`alice:operator:${await hashPassword('alice-password')}\nvictor:viewer:${await hashPassword('victor-password')}\n`);
+    const auth = anyOf(tokenAuth({ operator: 'op-token-0123456789', viewer: 'view-token-0123456789' }, { reservedNames: users.keys() }), basicAuth(users));
+    expect(await auth(req({ authorization: basic('alice', 'alice-password') }))).toEqual({ user: 'alice', role: 'operator' });
+    expect(await auth(req({ authorization: basic('alice', 'op-token-0123456789') }))).toBeNull();
+    expect(await auth(req({ authorization: basic('victor', 'view-token-0123456789') }))).toBeNull();
+    expect(await auth(req({ authorization: basic('mallory', 'op-token-0123456789') }))).toEqual({ user: 'token:operator', role: 'operator' });
+    // A users file cannot name anyone token:operator (a name has no colon), so the two never meet.
+    expect([...parseUsers('token:operator:scrypt$1$1$1$a$b\n').keys()]).toEqual(['token']);
   });
 
   it('a trusted header names the user; the role header, when named, says the role; anything else is the default', async () => {

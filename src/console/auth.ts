@@ -132,24 +132,38 @@ export function basicAuth(users: ReadonlyMap<string, UserEntry>): Authorize {
   };
 }
 
+/** Options of {@link tokenAuth}. */
+export interface TokenAuthOptions {
+  /**
+   * Names a token holder may not sign in under (basic auth with the token as password):
+   * the names of a users file used beside the tokens, so that no one holding a token can
+   * pass for one of its users. @default none
+   */
+  readonly reservedNames?: Iterable<string>;
+}
+
 /**
  * A shared secret: `Authorization: Bearer TOKEN`, or basic auth with the token as the
- * password (so a browser's login prompt works; the user name given is the one recorded).
+ * password (so a browser's login prompt works). Whoever holds a token is recorded as
+ * `token:operator` or `token:viewer`, never as the name typed beside it: a token says
+ * which role, not which person. A name in `reservedNames` typed beside a token is refused.
  */
-export function tokenAuth(tokens: { operator?: string | undefined; viewer?: string | undefined }): Authorize {
+export function tokenAuth(tokens: { operator?: string | undefined; viewer?: string | undefined }, options: TokenAuthOptions = {}): Authorize {
   for (const [role, token] of Object.entries(tokens)) {
     if (token !== undefined && token.length < 16) throw new InvalidOptionError(`${role} token`, 'is shorter than 16 characters', 'Use a long random token, e.g. `openssl rand -hex 24`.');
   }
+  const reserved = new Set(options.reservedNames ?? []);
   return (request) => {
     const header = request.headers.get('authorization') ?? '';
     const bearer = /^Bearer\s+(\S+)\s*$/i.exec(header)?.[1];
     const basic = basicCredentials(request);
     const given = bearer ?? basic?.password;
     if (given === undefined) return null;
-    const name = basic?.user || 'token';
-    if (tokens.operator !== undefined && sameSecret(given, tokens.operator)) return { user: name, role: 'operator' };
-    if (tokens.viewer !== undefined && sameSecret(given, tokens.viewer)) return { user: name, role: 'viewer' };
-    return null;
+    const role: ConsoleRole | undefined =
+      tokens.operator !== undefined && sameSecret(given, tokens.operator) ? 'operator' : tokens.viewer !== undefined && sameSecret(given, tokens.viewer) ? 'viewer' : undefined;
+    if (role === undefined) return null;
+    if (bearer === undefined && basic !== undefined && reserved.has(basic.user)) return null;
+    return { user: `token:${role}`, role };
   };
 }
 

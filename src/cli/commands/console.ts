@@ -97,7 +97,8 @@ export const consoleCommand: Command = {
     '',
     'On a loopback address without an auth method, anyone on this machine is an operator.',
     'Any other address needs one of: --token (or WARREN_CONSOLE_TOKEN; a browser signs in',
-    'with any user name and the token as password), --users FILE (basic auth against',
+    'with the token as password and is recorded as token:operator, whatever name it gives;',
+    'beside --users, the names of that file are refused with a token), --users FILE (basic auth against',
     'scrypt hashes from `warren console hash-password`), or --trusted-header NAME (a proxy',
     'in front that authenticates and sets the user name).',
   ].join('\n'),
@@ -137,8 +138,10 @@ export const consoleCommand: Command = {
     const mod = await import('../../console/index.js');
     const methods = [];
     try {
-      if (token !== undefined || viewerToken !== undefined) methods.push(mod.tokenAuth({ operator: token, viewer: viewerToken }));
-      if (usersFile !== undefined) methods.push(mod.basicAuth(await mod.readUsersFile(usersFile)));
+      const users = usersFile !== undefined ? await mod.readUsersFile(usersFile) : undefined;
+      // A token holder is token:operator or token:viewer, and may not sign in under a name of --users.
+      if (token !== undefined || viewerToken !== undefined) methods.push(mod.tokenAuth({ operator: token, viewer: viewerToken }, { reservedNames: users?.keys() ?? [] }));
+      if (users !== undefined) methods.push(mod.basicAuth(users));
     } catch (error) {
       throw new UsageError(error instanceof Error ? error.message.replace(/^Invalid option `([^`]+)`/, (_m, o: string) => (o === 'users' ? '--users' : `--${o.replace(' ', '-')}`)) : String(error));
     }
