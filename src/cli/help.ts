@@ -22,7 +22,7 @@ const ENVIRONMENT = [
   '                          as --tls-ca, --tls-cert, --tls-key, --tls-servername',
   '  WARREN_TLS_PASSPHRASE   passphrase of the TLS key (the default of --tls-passphrase-env)',
   '  WARREN_MANAGEMENT_URL   management API URL, or a cluster\'s nodes separated by commas, as --management-url',
-  '  WARREN_DB               the database of the retry table and the outbox, as --db',
+  '  WARREN_DB               the database of the retry table, the outbox and the archive, as --db',
   '  WARREN_ACTOR            who makes retry-table changes, as --actor',
   '  Passwords (in these URLs, and the ones read from the environment) are never printed.',
 ];
@@ -35,7 +35,8 @@ const BROKER_FLAGS = new Set(['topology', 'url', 'management-url', 'username', '
  * database alone, so its help leaves out the topology and broker flags.
  */
 function globalFlagsOf(c: Command): FlagSpecs {
-  if (!('db' in c.flags) || 'listen' in c.flags || c.path[0] === 'status') return GLOBAL_FLAGS;
+  // The parked commands and `warren archive` read the broker and the topology, with --db or not.
+  if (!('db' in c.flags) || 'listen' in c.flags || ['status', 'parked', 'archive'].includes(c.path[0] ?? '')) return GLOBAL_FLAGS;
   return Object.fromEntries(Object.entries(GLOBAL_FLAGS).filter(([name]) => !BROKER_FLAGS.has(name)));
 }
 

@@ -6,6 +6,7 @@ import { QueueNotFoundError, WalkInterruptedError } from '../park/errors.js';
 import type { Topology } from '../topology/declaration.js';
 import { duration, GLOBAL_FLAGS, parseStrict, positionalsOf, str, type FlagSpecs } from './args.js';
 import type { Command, CommandContext } from './command.js';
+import { archiveCommand } from './commands/archive.js';
 import { consoleCommand, consoleHashPassword } from './commands/console.js';
 import { parkedExport, parkedList, parkedPurge, parkedReplay, parkedShow } from './commands/parked.js';
 import { metrics } from './commands/metrics.js';
@@ -18,7 +19,7 @@ import { CliError, EXIT, UsageError, type ExitCode } from './errors.js';
 import { commandHelp, groupHelp, mainHelp } from './help.js';
 
 /** Every command, in the order help lists them. */
-export const COMMANDS: readonly Command[] = [status, parkedList, parkedShow, parkedReplay, parkedPurge, parkedExport, ...RETRY_COMMANDS, ...OUTBOX_COMMANDS, topologyPlan, topologyApply, topologyVerify, metrics, consoleHashPassword, consoleCommand];
+export const COMMANDS: readonly Command[] = [status, parkedList, parkedShow, parkedReplay, parkedPurge, parkedExport, ...RETRY_COMMANDS, ...OUTBOX_COMMANDS, archiveCommand, topologyPlan, topologyApply, topologyVerify, metrics, consoleHashPassword, consoleCommand];
 
 function version(): string {
   try {
