@@ -17,6 +17,7 @@ import { errorPage, type PageContext } from './pages/layout.js';
 import { overviewPage } from './pages/overview.js';
 import { ConsoleHttpError, type ConsoleEnv, type RouteDeps } from './http.js';
 import { redactText } from './redact.js';
+import { archiveRoutes } from './routes/archive.js';
 import { parkedRoutes } from './routes/parked.js';
 import { storeRoutes } from './routes/store.js';
 
@@ -144,6 +145,8 @@ export function consoleApp(options: ResolvedOptions, data: ConsoleData, jobs: Jo
   app.get('/api/overview', async (c) => c.json(await data.overview()));
   app.get('/api/history', (c) => c.json(data.history()));
 
+  // With an archive, the parked pages read it; the queue's routes answer the rest (the jobs).
+  if (options.archive) archiveRoutes(app, deps, options.archive);
   parkedRoutes(app, deps);
   storeRoutes(app, deps);
 

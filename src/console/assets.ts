@@ -85,8 +85,9 @@ export const CONSOLE_JS = String.raw`
         if (!tr) return;
         text(tr.querySelector('[data-field=work]'), fmt(c.work.depth));
         var p = tr.querySelector('[data-field=parked]');
-        text(p, fmt(c.parked.depth));
-        p.classList.toggle('alert', (c.parked.depth || 0) > 0);
+        var pd = c.openFailures !== undefined ? c.openFailures : c.parked.depth;
+        text(p, fmt(pd));
+        p.classList.toggle('alert', (pd || 0) > 0);
         var k = tr.querySelector('[data-field=consumers]');
         text(k, fmt(c.consumers));
         k.classList.toggle('alert', (c.work.depth || 0) > 0 && c.consumers === 0);

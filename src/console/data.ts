@@ -5,11 +5,13 @@
  * an hour of samples per consumer kept in memory by the console process.
  */
 import type * as amqp from 'amqplib';
+import type { Archive } from '../archive/archive.js';
+import type { ArchiveIngestState } from '../archive/types.js';
 import type { ManagementClient } from '../management/client.js';
 import { BrokerReader, type BrokerSnapshot, type QueueFigures } from '../metrics/broker.js';
 import type { RetrySignals } from '../retry-table/index.js';
 import { findBindingProblems, findProblems, type ConsumerState, type QueueState, type StatusProblem } from '../status/index.js';
-import type { OutboxLag, Store } from '../store/index.js';
+import type { ArchiveCounts, OutboxLag, Store } from '../store/index.js';
 import type { Topology } from '../topology/declaration.js';
 import type { BrokerBinding } from '../topology/plan.js';
 import { redactText } from './redact.js';
@@ -34,12 +36,21 @@ export interface ConsumerView {
   /** Redeliveries per second over the last sample interval; null until two samples exist (management API only). */
   readonly redeliverRate: number | null;
   readonly tiers: readonly (QueueView & { readonly delay: string })[];
+  /** With an archive: its rows of this consumer by state; null without one, or when it could not be read. */
+  readonly archive: { readonly open: number; readonly replayed: number; readonly resolved: number; readonly oldestOpenAt: string | null } | null;
+  /**
+   * The parked signal: with an archive, its open failures plus what is still in the parked
+   * queue (not ingested yet); without one, the parked queue's depth.
+   */
+  readonly openFailures: number | null;
+  /** With an ingester: `running`, `behind` (the database does not take its batches), `connecting` or `stopped`. */
+  readonly ingest: ArchiveIngestState['status'] | null;
 }
 
 /** Something to look at, with the kinds `warren status` uses. */
 export interface Problem {
   readonly consumer: string;
-  readonly kind: StatusProblem['kind'] | 'outbox-flagged' | 'retry-overdue' | 'unreadable';
+  readonly kind: StatusProblem['kind'] | 'outbox-flagged' | 'retry-overdue' | 'unreadable' | 'archive-behind';
   readonly message: string;
 }
 
@@ -57,6 +68,8 @@ export interface Overview {
   readonly outbox: OutboxLag | null;
   /** Why the database could not be read, when it could not. */
   readonly databaseError: string | null;
+  /** Null without an archive. `behind`: an ingester says it cannot store what is parked; `error`: why the archive could not be read. */
+  readonly archive: { readonly behind: boolean; readonly error: string | null } | null;
   readonly problems: readonly Problem[];
   readonly ok: boolean;
   /** How often the console samples, and how much history it keeps. */
@@ -79,6 +92,8 @@ export interface ConsoleDataOptions {
   readonly connection: () => Promise<amqp.ChannelModel>;
   readonly management: ManagementClient | undefined;
   readonly store: Store<unknown> | undefined;
+  readonly archive?: Archive | undefined;
+  readonly ingester?: { state(): readonly ArchiveIngestState[] } | undefined;
   readonly cacheMs: number;
   readonly sampleIntervalMs: number;
   readonly historyMs: number;
@@ -116,6 +131,7 @@ export class ConsoleData {
   private bindings: { at: number; value: Promise<BrokerBinding[] | undefined> } | undefined;
   private database: { at: number; value: Promise<{ retry: RetrySignals; outbox: OutboxLag } | { error: string }> } | undefined;
   private sampling: Promise<void> | undefined;
+  private archiveCounts: { at: number; value: Promise<Map<string, ArchiveCounts> | { error: string }> } | undefined;
 
   constructor(private readonly options: ConsoleDataOptions) {
     this.reader = new BrokerReader(options.topology, { management: options.management, connection: options.connection, cacheMs: options.cacheMs });
@@ -143,6 +159,7 @@ export class ConsoleData {
   invalidate(): void {
     this.reader.invalidate();
     this.database = undefined;
+    this.archiveCounts = undefined;
   }
 
   private async sample(): Promise<void> {
@@ -230,10 +247,36 @@ export class ConsoleData {
     return value;
   }
 
+  /** The archive's counts per consumer (one query over its group counts), cached like the rest. */
+  readArchive(): Promise<Map<string, ArchiveCounts> | { error: string }> | undefined {
+    const archive = this.options.archive;
+    if (!archive) return undefined;
+    if (this.archiveCounts && Date.now() - this.archiveCounts.at < this.options.cacheMs) return this.archiveCounts.value;
+    const value = archive.counts().then(
+      (rows) => new Map(rows.map((r) => [r.consumer, r])),
+      (error: unknown) => ({ error: message(error) }),
+    );
+    this.archiveCounts = { at: Date.now(), value };
+    return value;
+  }
+
+  /** Each consumer's ingestion, by consumer; empty without an ingester. */
+  ingestion(): Map<string, ArchiveIngestState> {
+    const out = new Map<string, ArchiveIngestState>();
+    try {
+      for (const s of this.options.ingester?.state() ?? []) out.set(s.consumer, s);
+    } catch {
+      // An ingester that cannot say is not shown as behind.
+    }
+    return out;
+  }
+
   /** The overview: cached readings, problems as `warren status` finds them. */
   async overview(): Promise<Overview> {
     const topology = this.options.topology;
-    const [snap, bindings, db] = await Promise.all([this.reader.read(), this.readBindings(), this.readDatabase()]);
+    const [snap, bindings, db, archived] = await Promise.all([this.reader.read(), this.readBindings(), this.readDatabase(), this.readArchive()]);
+    const counts = archived !== undefined && !('error' in archived) ? (archived as Map<string, ArchiveCounts>) : undefined;
+    const ingestion = this.ingestion();
     if (this.ring.length === 0 || (this.ring.at(-1) as Sample).t < snap.at - this.options.sampleIntervalMs) this.sampling ??= this.sample();
     const byQueue = new Map(snap.queues.map((q) => [q.queue, q]));
     const rates = this.rates();
@@ -242,10 +285,16 @@ export class ConsoleData {
     for (const c of topology.consumers.values()) {
       const work = byQueue.get(c.queue);
       const parked = byQueue.get(c.parkedQueue);
+      const parkedView = view(parked, c.parkedQueue);
+      const a = counts?.get(c.name);
+      const archiveView = counts === undefined ? null : { open: a?.open ?? 0, replayed: a?.replayed ?? 0, resolved: a?.resolved ?? 0, oldestOpenAt: a?.oldestOpenAt?.toISOString() ?? null };
       consumers.push({
         name: c.name,
         work: view(work, c.queue),
-        parked: view(parked, c.parkedQueue),
+        parked: parkedView,
+        archive: archiveView,
+        openFailures: this.options.archive === undefined ? parkedView.depth : archiveView === null ? null : archiveView.open + (parkedView.depth ?? 0),
+        ingest: ingestion.get(c.name)?.status ?? null,
         consumers: work?.exists ? (work.consumers ?? null) : null,
         redeliverRate: rates.get(c.name) ?? null,
         tiers: c.retryQueues.map((q, i) => ({ ...view(byQueue.get(q), q), delay: byQueue.get(q)?.delay ?? `${c.delaysMs[i]}ms` })),
@@ -268,7 +317,17 @@ export class ConsoleData {
     const problems: Problem[] = [];
     if (snap.source === 'none') problems.push({ consumer: 'broker', kind: 'unreadable', message: `the broker could not be read: ${redactText(snap.error ?? 'unknown error')}` });
     else {
-      problems.push(...findProblems(states));
+      // With an archive, parked messages drain into it: the parked problem is its open failures plus what the queue still holds.
+      problems.push(...findProblems(states).filter((p) => !(this.options.archive !== undefined && p.kind === 'parked')));
+      if (this.options.archive !== undefined) {
+        for (const v of consumers) {
+          const inQueue = v.parked.depth ?? 0;
+          const open = v.archive?.open ?? 0;
+          if (open + inQueue === 0) continue;
+          const parts = [v.archive !== null ? `${open} in the archive` : 'the archive could not be read', ...(inQueue > 0 ? [`${inQueue} still in ${v.parked.queue}`] : [])];
+          problems.push({ consumer: v.name, kind: 'parked', message: `${open + inQueue} open failure${open + inQueue === 1 ? '' : 's'} (${parts.join(', ')}); see the console's parked page` });
+        }
+      }
       if (snap.source === 'management' && bindings !== undefined) problems.push(...findBindingProblems(topology, states, bindings, this.options.management?.vhost ?? '/'));
     }
     let retryTable: Overview['retryTable'] = null;
@@ -288,6 +347,14 @@ export class ConsoleData {
         }
       }
     }
+    let archive: Overview['archive'] = null;
+    if (this.options.archive !== undefined) {
+      const behind = [...ingestion.values()].filter((s) => s.status === 'behind');
+      for (const s of behind) problems.push({ consumer: s.consumer, kind: 'archive-behind', message: `archive behind: the database has not taken the parked messages of ${s.queue} since ${s.behindSince?.toISOString() ?? 'a moment'} (${s.lastError ?? 'no error given'}); they wait in the queue` });
+      const error = archived !== undefined && 'error' in archived ? (archived as { error: string }).error : null;
+      if (error !== null) problems.push({ consumer: 'database', kind: 'unreadable', message: `the archive could not be read: ${error}` });
+      archive = { behind: behind.length > 0, error };
+    }
     return {
       at: new Date(snap.at).toISOString(),
       source: snap.source,
@@ -296,6 +363,7 @@ export class ConsoleData {
       retryTable,
       outbox,
       databaseError,
+      archive,
       problems: problems.map((p) => ({ ...p, message: redactText(p.message) })),
       ok: problems.length === 0,
       sampleIntervalMs: this.options.sampleIntervalMs,

@@ -45,6 +45,8 @@ export function warrenConsole(options: ConsoleOptions): WarrenConsole {
     connection: resolved.connection,
     management: resolved.management,
     store: resolved.store,
+    archive: resolved.archive,
+    ingester: resolved.ingester,
     cacheMs: resolved.cacheMs,
     sampleIntervalMs: resolved.sampleIntervalMs,
     historyMs: resolved.historyMs,

@@ -2,6 +2,8 @@ import * as amqp from 'amqplib';
 import { randomBytes } from 'node:crypto';
 import { InvalidOptionError } from '../errors.js';
 import { ManagementClient } from '../management/client.js';
+import type { Archive } from '../archive/archive.js';
+import type { ArchiveIngestState } from '../archive/types.js';
 import type { Store } from '../store/index.js';
 import type { Topology } from '../topology/declaration.js';
 import type { Warren } from '../warren.js';
@@ -41,6 +43,19 @@ export interface ConsoleOptions {
   brokerName?: string | (() => string);
   /** The application's store: adds the retry table and the outbox. @default none */
   store?: Store<unknown>;
+  /**
+   * The failure archive: the parked pages read it (exact groups and counts over every row,
+   * filters, pages) and act on its rows by id, the message page shows each message's
+   * history, and the overview's parked signal counts its open failures. `new Archive(store)`.
+   * @default none: the parked pages read the parked queues
+   */
+  archive?: Archive;
+  /**
+   * What ingests the parked queues into `archive`, asked whether it keeps up (the pages say
+   * "archive behind" when it does not): an `ArchiveIngester`.
+   * @default `warren.archive` (the `archive` option of `Warren.connect`), else none
+   */
+  ingester?: { state(): readonly ArchiveIngestState[] };
   /** How the database is named on the page (a URL is shown with its password masked). @default the store's backend */
   databaseName?: string;
   /** The path the console is mounted under, e.g. `/ops/warren`. @default '' (the root) */
@@ -79,6 +94,8 @@ export interface ResolvedOptions {
   readonly closeConnection: () => Promise<void>;
   readonly management: ManagementClient | undefined;
   readonly store: Store<unknown> | undefined;
+  readonly archive: Archive | undefined;
+  readonly ingester: { state(): readonly ArchiveIngestState[] } | undefined;
   /** How the broker is named on the page now, password masked. */
   readonly brokerName: () => string;
   readonly databaseName: string | null;
@@ -183,6 +200,8 @@ export function resolveOptions(options: ConsoleOptions): ResolvedOptions {
   if (basePath !== '' && !/^\/[A-Za-z0-9._~\-/]*$/.test(basePath)) throw new InvalidOptionError('basePath', `${JSON.stringify(options.basePath)} is not a path such as /ops/warren`);
   const management =
     options.management === false ? undefined : (options.management ?? new ManagementClient({ url: process.env['WARREN_MANAGEMENT_URL'] ?? 'http://guest:guest@127.0.0.1:15672', vhost: vhostOf(url) }));
+  if (options.archive !== undefined && typeof options.archive?.page !== 'function') throw new InvalidOptionError('archive', 'expected an Archive', 'Pass new Archive(store) (from warren) over a store with archive tables.');
+  if (options.ingester !== undefined && typeof options.ingester?.state !== 'function') throw new InvalidOptionError('ingester', 'expected an ArchiveIngester (something with state())');
   const maxParkedRead = options.maxParkedRead ?? 10_000;
   if (!Number.isInteger(maxParkedRead) || maxParkedRead < 1) throw new InvalidOptionError('maxParkedRead', `${maxParkedRead} is not a whole number of at least 1`);
   return {
@@ -192,6 +211,8 @@ export function resolveOptions(options: ConsoleOptions): ResolvedOptions {
     closeConnection,
     management,
     store: options.store,
+    archive: options.archive,
+    ingester: options.ingester ?? options.warren?.archive,
     brokerName: brokerNameOf(options, url),
     databaseName: options.databaseName !== undefined ? redactUrl(options.databaseName) : options.store ? options.store.backend : null,
     basePath,

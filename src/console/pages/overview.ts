@@ -2,12 +2,13 @@ import type { ConsumerView, Overview } from '../data.js';
 import { h, layout, num, span, type Fragment, type PageContext } from './layout.js';
 
 function consumerRow(ctx: PageContext, c: ConsumerView): Fragment {
-  const parked = c.parked.depth ?? 0;
+  // With an archive, the parked signal is its open failures plus what the parked queue still holds.
+  const parked = c.openFailures ?? 0;
   const idle = (c.work.depth ?? 0) > 0 && c.consumers === 0;
   return h`<tr data-consumer="${c.name}">
 <th scope="row"><a href="${ctx.base}/parked/${encodeURIComponent(c.name)}">${c.name}</a></th>
 <td class="n" data-field="work">${num(c.work.depth)}</td>
-<td class="n${parked > 0 ? ' alert' : ''}" data-field="parked">${num(c.parked.depth)}</td>
+<td class="n${parked > 0 ? ' alert' : ''}" data-field="parked"${c.archive !== null ? h` title="${c.archive.open} open in the archive, ${num(c.parked.depth)} in ${c.parked.queue}${c.ingest === 'behind' ? '; archive behind' : ''}"` : ''}>${num(c.openFailures)}</td>
 <td class="n${idle ? ' alert' : ''}" data-field="consumers">${num(c.consumers)}</td>
 <td class="n" data-field="redeliverRate">${num(c.redeliverRate, 2)}</td>
 <td class="tiers">${c.tiers.map((t) => h`<span class="tier" data-tier="${t.queue}" title="${t.queue}">${t.delay}: <b>${num(t.depth)}</b></span> `)}</td>
@@ -43,7 +44,7 @@ export function overviewBody(ctx: PageContext, overview: Overview): Fragment {
 <div id="problems-box">${problemsList(overview)}</div>
 <h2>Consumers</h2>
 <table id="consumers" class="grid">
-<thead><tr><th>consumer</th><th>work depth</th><th>parked</th><th>consumers</th><th>redeliveries/s</th><th>retry tiers</th></tr></thead>
+<thead><tr><th>consumer</th><th>work depth</th><th>${overview.archive !== null ? 'open failures' : 'parked'}</th><th>consumers</th><th>redeliveries/s</th><th>retry tiers</th></tr></thead>
 <tbody>${overview.consumers.map((c) => consumerRow(ctx, c))}</tbody>
 </table>
 <h2>Database</h2>

@@ -5,6 +5,8 @@ import { ConsoleHttpError } from '../http.js';
 export interface Fields {
   one(name: string): string | undefined;
   all(name: string): string[];
+  /** Each value of a repeated field as given (not split at commas). */
+  raw(name: string): string[];
 }
 
 function fromRecord(body: Record<string, unknown>): Fields {
@@ -19,6 +21,7 @@ function fromRecord(body: Record<string, unknown>): Fields {
       return v === undefined || v === '' ? undefined : v;
     },
     all: (name) => values(name).flatMap((s) => s.split(',')).map((s) => s.trim()).filter(Boolean),
+    raw: (name) => values(name),
   };
 }
 
