@@ -195,6 +195,8 @@ async function ingest(backend: Backend, consumer: string, n: number, log: (line:
     });
     inFlight.add(p);
     if (inFlight.size >= PARALLEL) await Promise.race(inFlight);
+    // SQLite's inserts settle in microtasks: let timers and sockets have their turn.
+    await new Promise((r) => setImmediate(r));
     peak = Math.max(peak, mb());
     if (performance.now() - lastLog > 30_000) {
       lastLog = performance.now();
@@ -270,11 +272,14 @@ async function runBackend(make: () => Promise<Backend>, n: number, log: (line: s
   const consumer = `${prefix}.billing`;
   const fromBroker = `${prefix}.shipping`;
   const topology = defineTopology({ exchange: `${prefix}.events`, retry: { delays: ['5s'], maxAttempts: 3 }, consumers: { [consumer]: { bindings: ['order.#'] }, [fromBroker]: { bindings: ['shipment.#'] } } });
-  const model = await amqp.connect(AMQP_URL, { noDelay: true });
+  let model: amqp.ChannelModel | undefined;
   try {
-    await declareTopology(model, topology);
     log(`${backend.name}: seeding ${n.toLocaleString('en-US')} rows…`);
     const seeded = await ingest(backend, consumer, n, log);
+    // Connected after the seed, which keeps the event loop busy for minutes.
+    model = await amqp.connect(AMQP_URL, { noDelay: true });
+    model.on('error', (e: Error) => log(`${backend.name}: broker connection: ${e.message}`));
+    await declareTopology(model, topology);
     log(`${backend.name}: ingest ${Math.round(seeded.rate)}/s; reading…`);
     const archive = new Archive(backend.store);
 
@@ -333,8 +338,10 @@ async function runBackend(make: () => Promise<Backend>, n: number, log: (line: s
     const bytes = await backend.size();
     return { backend: backend.name, rows: n, ingest: seeded.rate, rss: seeded.rss, groupMs, filterMs, pageMs, showMs, replay, brokerIngest, brokerIngestRows, bytes };
   } finally {
-    await model.close().catch(() => undefined);
-    await deleteTopology(topology).catch(() => undefined);
+    if (model !== undefined) {
+      await model.close().catch(() => undefined);
+      await deleteTopology(topology).catch(() => undefined);
+    }
     await backend.teardown();
   }
 }
