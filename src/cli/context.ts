@@ -4,7 +4,7 @@ import { pathToFileURL } from 'node:url';
 import * as amqp from 'amqplib';
 import { resolveEndpoints, type Endpoints, type TlsOptions } from '../connection/endpoints.js';
 import { diagnoseHandshake } from '../connection/handshake.js';
-import { redactUrl } from '../connection/url.js';
+import { credentialsOf, redactUrl, redactUrls } from '../connection/url.js';
 import { coalesceWrites } from '../connection/writes.js';
 import { BrokerHandshakeError, InvalidOptionError, StoreSchemaError, StoreUnavailableError } from '../errors.js';
 import { ManagementClient } from '../management/client.js';
@@ -33,16 +33,26 @@ export function secretsOf(...urls: readonly (string | undefined)[]): string[] {
   const each = urls.flatMap((url) => (url && url.includes(',') ? url.split(',') : [url]));
   for (const url of each) {
     if (!url) continue;
-    try {
-      const u = new URL(url);
-      // A password equal to the user name (guest:guest) is no secret, and masking it would hide the user.
-      if (u.password && u.password !== u.username) out.push(u.password, decodeURIComponent(u.password));
-      // libpq also takes the password as a parameter: postgres://app@db/shop?password=…
-      const param = u.searchParams.get('password');
-      if (param) out.push(param, encodeURIComponent(param));
-    } catch {
-      const m = /\/\/[^:@/]*:([^@/]*)@/.exec(url);
-      if (m?.[1]) out.push(m[1]);
+    // Read from the text, not parsed: a password with a raw / # or @ is still found whole.
+    const c = credentialsOf(url.trim());
+    // A password equal to the user name (guest:guest) is no secret, and masking it would hide the user.
+    if (c && c.password !== '' && c.password !== c.user) {
+      out.push(c.password);
+      try {
+        out.push(decodeURIComponent(c.password));
+      } catch {
+        // Not percent-encoded: the password as written is the one.
+      }
+    }
+    // libpq also takes the password as a parameter: postgres://app@db/shop?password=…
+    const param = /[?&]password=([^&#\s]*)/i.exec(url)?.[1];
+    if (param) {
+      try {
+        out.push(decodeURIComponent(param));
+      } catch {
+        // Not percent-encoded: as written only.
+      }
+      out.push(param);
     }
   }
   return [...new Set(out)].filter((s) => s.length >= 3);
@@ -53,7 +63,7 @@ export function scrub(text: string, secrets: readonly string[]): string {
   let out = text;
   for (const s of secrets) out = out.split(s).join('***');
   // Any URL with credentials that slipped through.
-  return out.replace(/([a-z][a-z0-9+.-]*:\/\/[^:@/\s]+):[^@/\s]+@/gi, '$1:***@');
+  return redactUrls(out);
 }
 
 function looksLikeTopology(value: unknown): value is Topology {
@@ -431,14 +441,7 @@ const DB_EXAMPLES = '--db sqlite:data/warren.db, or --db postgres://app@db.inter
 
 /** A database URL safe to print: the password masked, in the user part and in a `password` parameter. */
 export function redactDbUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = '***';
-    if (u.searchParams.has('password')) u.searchParams.set('password', '***');
-    return u.toString().replace('password=%2A%2A%2A', 'password=***');
-  } catch {
-    return url.replace(/\/\/([^:@/]+):[^@/]*@/, '//$1:***@').replace(/([?&]password=)[^&]*/i, '$1***');
-  }
+  return redactUrl(url);
 }
 
 /**

@@ -1,3 +1,4 @@
+import { redactUrl } from '../connection/url.js';
 import { WarrenError } from '../errors.js';
 import { ManagementClient, type QueueInfo } from '../management/client.js';
 import type { BrokerBinding } from '../topology/plan.js';
@@ -8,7 +9,7 @@ const FROM = '--management-url (or WARREN_MANAGEMENT_URL)';
 
 /** A list item as given, its password masked. */
 function masked(item: string): string {
-  return item.replace(/\/\/([^:@/]*):[^@/]*@/, '//$1:***@');
+  return redactUrl(item);
 }
 
 /**

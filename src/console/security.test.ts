@@ -1,7 +1,10 @@
 // The console against an attacker: patterns that would stall it, requests from other
 // sites, secrets in URLs, a forged or failing action record, and the smaller leaks.
+import { PassThrough } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { testTopology } from '../../test/helpers.js';
+import { run } from '../cli/run.js';
+import { redactUrl, redactUrls } from '../connection/url.js';
 import { declared, failures, publishParked } from '../park/testing/fixtures.js';
 import { memoryActionLog } from './index.js';
 import type { ConsoleUser } from './auth.js';
@@ -136,5 +139,77 @@ describe('console security: requests from other sites', () => {
     }
     // The same rule for a POST.
     expect((await post(ops, `/parked/${topology.consumer('billing').name}/replay`, { scope: 'filter' }, { headers: { 'sec-fetch-site': 'same-site' } })).status).toBe(403);
+  });
+});
+
+/** A password with every character that breaks URL parsing raw in it. */
+const RAW = 'pw/S3C@R:T#Z9';
+const PIECES = ['S3C', 'R:T', 'T#Z9', 'pw/'];
+
+function leaks(text: string): string[] {
+  return PIECES.filter((p) => text.includes(p));
+}
+
+function cliIo() {
+  const stdout = new PassThrough();
+  const stderr = new PassThrough();
+  let out = '';
+  let err = '';
+  stdout.on('data', (d: Buffer) => (out += d.toString()));
+  stderr.on('data', (d: Buffer) => (err += d.toString()));
+  return {
+    io: { stdout: stdout as unknown as NodeJS.WriteStream, stderr: stderr as unknown as NodeJS.WriteStream, stdin: new PassThrough() as unknown as NodeJS.ReadStream, env: {}, cwd: process.cwd() },
+    text: () => ({ out, err }),
+  };
+}
+
+describe('console security: passwords in URLs', () => {
+  it('masks everything between :// and the last @, whatever the password holds', () => {
+    for (const [url, shown] of [
+      [`amqp://sec:${RAW}@127.0.0.1:5672/prod`, 'amqp://sec:***@127.0.0.1:5672/prod'],
+      [`postgres://app:${RAW}@db.internal/shop?sslmode=require`, 'postgres://app:***@db.internal/shop?sslmode=require'],
+      [`http://ops:${RAW}@rabbit-1:15672`, 'http://ops:***@rabbit-1:15672'],
+      ['amqp://u:p%40ss@h/v', 'amqp://u:***@h/v'],
+      ['postgres://app@db/shop?password=s3cret&x=1', 'postgres://app@db/shop?password=***&x=1'],
+      ['amqp://127.0.0.1:5672', 'amqp://127.0.0.1:5672'],
+      // A user part that is no plain user name is masked with the rest.
+      [`amqp://a/b@${RAW}@h:5672`, 'amqp://***@h:5672'],
+    ] as const) {
+      expect(redactUrl(url), url).toBe(shown);
+    }
+    const text = `connect to amqp://sec:${RAW}@127.0.0.1:1/prod failed ("postgres://app:${RAW}@db/x"), also amqp://u:p@h`;
+    expect(redactUrls(text)).toBe('connect to amqp://sec:***@127.0.0.1:1/prod failed ("postgres://app:***@db/x"), also amqp://u:***@h');
+  });
+
+  it('never shows such a password on a page, in the JSON or on an error page', async () => {
+    const topology = billingTopology();
+    // A broker that does not answer, so the pages also show the connection errors.
+    const ops = testConsole(topology, { url: `amqp://sec:${RAW}@127.0.0.1:1/prod`, management: false, databaseName: `postgres://app:${RAW}@db.internal/shop` });
+    const page = await get(ops, '/');
+    expect(page.status).toBe(200);
+    expect(page.text).toContain('broker amqp://sec:***@127.0.0.1:1/prod');
+    expect(page.text).toContain('database postgres://app:***@db.internal/shop');
+    const billing = topology.consumer('billing').name;
+    for (const path of ['/', '/api/overview', '/parked', `/parked/${billing}`, `/parked/${billing}/messages/m-1`]) {
+      const res = await get(ops, path);
+      expect(leaks(res.text), path).toEqual([]);
+    }
+    const parked = await get(ops, `/parked/${billing}`);
+    expect(parked.status).toBeGreaterThanOrEqual(400);
+    expect(parked.text).toContain('id="error"');
+  });
+
+  it('warren console prints such a password of --management-url, --db or --url masked when it refuses to start', async () => {
+    for (const [flags, shown] of [
+      [['--management-url', `http://ops:${RAW}@127.0.0.1:15672`], 'http://ops:***@127.0.0.1:15672'],
+      [['--db', `postgres://app:${RAW}@127.0.0.1:5432/test`], 'postgres://app:***@127.0.0.1:5432/test'],
+      [['--url', `amqp://guest:${RAW}@127.0.0.1:5672`], 'amqp://guest:***@127.0.0.1:5672'],
+    ] as const) {
+      const t = cliIo();
+      const code = await run(['console', '-t', 'examples/topology.ts', '--listen', '127.0.0.1:0', ...flags], t.io);
+      expect(code, flags[0]).toBe(2);
+      expect(t.text().err, flags[0]).toContain(shown);
+      expect(leaks(t.text().err + t.text().out), flags[0]).toEqual([]);
+    }
   });
 });

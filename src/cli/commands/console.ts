@@ -38,14 +38,12 @@ export function addressesOf(list: string): string[] {
     .map((item) => item.trim())
     .filter((item) => item !== '')
     .map((item) => {
-      // A bare host[:port], or something connect() refuses with a clear message; never its credentials.
-      if (!item.includes('://')) return item.replace(/^.*@/, '');
-      try {
-        const u = new URL(item);
-        return `${u.hostname}:${u.port || (u.protocol === 'amqps:' ? '5671' : '5672')}`;
-      } catch {
-        return item.replace(/^[^:]*:\/\//, '').replace(/^.*@/, '').replace(/\/.*$/, '');
-      }
+      // Read from the text, never parsed: a password with a raw / # or @ would be taken for the host.
+      const rest = item.includes('://') ? item.slice(item.indexOf('://') + 3) : item;
+      const host = rest.slice(rest.lastIndexOf('@') + 1).replace(/[/?#].*$/, '');
+      // A host without a port takes the scheme's; anything else (host:port, or not a host at all) is shown as it is.
+      if (!item.includes('://') || !/^([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])$/.test(host)) return host;
+      return `${host}:${item.toLowerCase().startsWith('amqps:') ? '5671' : '5672'}`;
     });
 }
 
@@ -198,7 +196,11 @@ export const consoleCommand: Command = {
       server.on('request', mod.nodeListener(ops.fetch));
       // Connected before the address is given, so the first page names the node it reads; a
       // broker that does not answer is said at once, and the pages that need it try again.
-      await connection().catch((error: unknown) => ctx.err(`note: not connected to RabbitMQ yet: ${error instanceof Error ? error.message : String(error)} Pages that need it try again.`));
+      await connection().catch((error: unknown) => {
+        // A --url that is no URL never gets better: refuse to start, as for any other wrong flag.
+        if (error instanceof UsageError) throw error;
+        ctx.err(`note: not connected to RabbitMQ yet: ${error instanceof Error ? error.message : String(error)} Pages that need it try again.`);
+      });
       const who = hasAuth ? 'sign in required' : 'anyone on this machine is an operator';
       ctx.out(`warren console: http://${shownHost}:${bound}${ops.basePath}/ (${who}; Ctrl-C to stop)`);
       await new Promise<void>((resolve) => {
