@@ -11,11 +11,10 @@ import { checkPolicy } from '../retry-table/wait.js';
 import { closeChannel } from '../connection/channel.js';
 import { AckLine } from './acks.js';
 import { BlipMemory } from './blips.js';
-import { bodyDecoder } from './decode.js';
 import { Delivery } from './delivery.js';
 import { DEFAULT_COMMIT_TIMEOUT_MS, HandlerClock } from './handler-run.js';
-import { messageIdReader } from './message-id.js';
 import { decideFor, errorText, within, type ConsumerParts } from './parts.js';
+import { bodyReaders } from './path.js';
 import { Processor } from './process.js';
 import { Settler } from './settle.js';
 import type { ConsumerOptions, ConsumerStats, Handler } from './types.js';
@@ -130,11 +129,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     }
     if (options.classify !== undefined && typeof options.classify !== 'function') throw new InvalidOptionError('classify', 'expected a function (error) => "permanent" | "transient" | undefined');
     if (options.idempotency !== undefined && typeof options.idempotency?.run !== 'function') throw new InvalidOptionError('idempotency', 'expected a guard with a `run(messageId, consumer, work)` method, such as `store.idempotency()`');
-    const decoder = bodyDecoder(options.decoder);
-    const idReader = messageIdReader(options.messageIdFrom);
-    if (idReader?.readsPayload && !decoder.structured) {
-      throw new InvalidOptionError('messageIdFrom', `${idReader.source} is read from the decoded payload, and the '${decoder.name}' decoder gives no fields`, "Use { header: name } or a function, or the 'json' decoder or a codec.");
-    }
+    const { decoder, idReader } = bodyReaders(options);
     this.logger = options.logger === undefined ? toLogger(undefined) : guardedLogger(toLogger(options.logger));
     if (options.onOutcome !== undefined) {
       if (typeof options.onOutcome !== 'function') throw new InvalidOptionError('onOutcome', 'expected a function (outcome) => void');
@@ -162,7 +157,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       stopping: () => this.stopping,
       emit: (outcome) => void this.emit('outcome', outcome),
     };
-    this.settler = new Settler(this.parts, idReader);
+    this.settler = new Settler(this.parts);
     this.processor = new Processor(this.parts, handler, decoder, idReader, this.clock, this.settler);
   }
 

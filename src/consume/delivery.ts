@@ -8,10 +8,21 @@ import type { DeliveryTrace } from '../trace/index.js';
 import type { AckLine } from './acks.js';
 import type { HandlerRun } from './handler-run.js';
 
+/** What a delivery's id is read from. */
+export interface Identified {
+  readonly msg: amqp.ConsumeMessage;
+  /** The id `messageIdFrom` found, for a message without a `message-id` property. */
+  foundId: string | undefined;
+  /** The id made up for the retry-table row of a message that has none to be found. */
+  madeUpId: string | undefined;
+}
+
 /** One delivery, from its arrival to its outcome. Every field is declared here, so its shape never changes on the way. */
-export class Delivery {
+export class Delivery implements Identified {
   /** The id `messageIdFrom` found, for a message without a `message-id` property. */
   foundId: string | undefined = undefined;
+  /** The id made up for the retry-table row of a message that has none to be found (see DeliveryPath). */
+  madeUpId: string | undefined = undefined;
   /** performance.now() when its processing started, for the outcome's `durationMs`; 0 before. */
   started = 0;
   /** The delivery's consumer span, from the start of its processing to its outcome. */
@@ -39,10 +50,10 @@ export class Delivery {
   ) {}
 }
 
-/** The delivery's message id: the producer's property, else what `messageIdFrom` found. */
-export function idOf(d: Delivery): string | undefined {
+/** The delivery's message id: the producer's property, else what `messageIdFrom` found, else the one its retry-table row was given. */
+export function idOf(d: Identified): string | undefined {
   const own = d.msg.properties.messageId as string | undefined;
-  return own !== undefined && own !== '' ? own : d.foundId;
+  return own !== undefined && own !== '' ? own : (d.foundId ?? d.madeUpId);
 }
 
 /**

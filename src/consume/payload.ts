@@ -43,13 +43,13 @@ export function decodeBody(decoder: BodyDecoder, msg: amqp.Message, timeoutMs: n
  * The message id: the producer's `message-id` property (`own`), else what `reader`
  * (the `messageIdFrom` option) finds, as `found`. With an idempotency guard (`guarded`),
  * a message with neither throws {@link PayloadRefused} `missing-message-id`: a duplicate
- * could not be told from new work.
+ * could not be told from new work; without one, `why` says where the reader looked.
  */
-export function messageIdOf(reader: MessageIdReader | undefined, msg: amqp.Message, value: unknown, own: string | undefined, guarded: boolean): { id: string | undefined; found: boolean } {
+export function messageIdOf(reader: MessageIdReader | undefined, msg: amqp.Message, value: unknown, own: string | undefined, guarded: boolean): { id: string | undefined; found: boolean; why?: string } {
   if (own !== undefined && own !== '') return { id: own, found: false };
   const result = reader?.read(msg, value);
   if (result?.id !== undefined) return { id: result.id, found: true };
-  if (!guarded) return { id: reader ? undefined : own, found: false };
+  if (!guarded) return result === undefined ? { id: own, found: false } : { id: undefined, found: false, why: result.why };
   const why = result
     ? `The message has no message id: the producer set no message-id property, and ${result.why} (messageIdFrom: ${reader?.source ?? ''}).`
     : 'The message has no message id.';

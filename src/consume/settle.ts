@@ -4,28 +4,22 @@
  * back of the queue; counts the outcome. The last resort for a failure path that threw.
  */
 import { WarrenError } from '../errors.js';
-import { HEADER } from '../headers.js';
 import { backoffDelay } from '../connection/index.js';
 import { describeFailure } from '../park/failure.js';
 import { readAttempts } from '../retry/attempts.js';
-import { uuidv7 } from '../publish/message-id.js';
 import type { RetryTablePolicy } from '../retry-table/wait.js';
-import { retryRow } from '../retry-table/row.js';
 import { traced } from '../trace/index.js';
 import type { Decision } from './contract.js';
-import { copyHeaders, originHeaders } from './copy-headers.js';
+import { copyHeaders } from './copy-headers.js';
 import { idOf, type Delivery } from './delivery.js';
-import type { MessageIdReader } from './message-id.js';
 import { copyProperties, moveCopy } from './move.js';
-import { decideFor, errorText, type ConsumerParts } from './parts.js';
+import type { ConsumerParts } from './parts.js';
+import { decideFor, errorText, logParked, logRetried, logWaiting, waitingRow } from './path.js';
 import type { Outcome } from './types.js';
 
 /** Settles one consumer's deliveries as their decisions say. */
 export class Settler<T, Tx> {
-  constructor(
-    private readonly parts: ConsumerParts<T, Tx>,
-    private readonly idReader: MessageIdReader | undefined,
-  ) {}
+  constructor(private readonly parts: ConsumerParts<T, Tx>) {}
 
   /**
    * Carries out a decision: the ack, the move, the retry-table row or the put-back.
@@ -128,10 +122,7 @@ export class Settler<T, Tx> {
     // Described once, for the copy's headers and the log line.
     const failure = describeFailure(decision.error);
     if (await moveCopy(this, parts, d, decision.queue, copyHeaders(decision, headers, d.msg.fields, parts.name, new Date(), failure), decision)) {
-      parts.logger.info(`handler failed (${failure.errorClass}: ${firstLine(failure.message)}); retrying in ${decision.delayMs} ms`, {
-        consumer: parts.name, messageId, attempts: decision.attempts, maxAttempts: parts.declaration.maxAttempts, tier: decision.tier, delayMs: decision.delayMs, queue: decision.queue,
-        errorClass: failure.errorClass, error: failure.message,
-      });
+      logRetried(parts, messageId, decision, failure);
       this.count({ kind: 'retried', messageId, attempts: decision.attempts, queue: decision.queue, error: decision.error }, d);
     }
   }
@@ -142,7 +133,7 @@ export class Settler<T, Tx> {
     const { reason, attempts } = decision;
     const failure = describeFailure(decision.error);
     if (await moveCopy(this, parts, d, parts.declaration.parkedQueue, copyHeaders(decision, headers, d.msg.fields, parts.name, new Date(), failure), decision)) {
-      if (!decision.minimal) parts.logger.warn(`message parked (${reason}; ${failure.errorClass}: ${firstLine(failure.message)})`, { consumer: parts.name, messageId, reason, attempts, queue: parts.declaration.parkedQueue, errorClass: failure.errorClass, error: failure.message });
+      logParked(parts, messageId, decision, failure);
       this.count({ kind: 'parked', messageId, reason, attempts, error: decision.error }, d);
     }
   }
@@ -163,32 +154,10 @@ export class Settler<T, Tx> {
     const { parts } = this;
     const policy = parts.options.retryTable as RetryTablePolicy<T>;
     const messageId = idOf(d);
+    // The path gives every message that is to wait an id (its own, found or made up).
+    if (messageId === undefined) throw new Error('a message without an id was to wait in the retry table');
     const recordedInfo = describeFailure(decision.error);
-    let rowId = messageId;
-    if (rowId === undefined && this.idReader === undefined && !parts.options.idempotency) rowId = uuidv7();
-    if (rowId === undefined) {
-      // No id yet (the decoder did not finish): a row under a made-up id would come back
-      // as a message the guard cannot match with its other copies. The ladder takes it,
-      // and the copy's id is read again when it decodes.
-      await this.apply(d, headers, decideFor(parts, d, headers, decision.attempts, { kind: 'not-stored', error: decision.cause, outage: false }));
-      return;
-    }
-    const origin = originHeaders(headers, d.msg.fields);
-    const row = retryRow({
-      messageId: rowId,
-      content: d.msg.content,
-      properties: d.msg.properties,
-      headers: d.trace?.headers(headers) ?? headers,
-      exchange: origin[HEADER.exchange] as string,
-      routingKey: origin[HEADER.routingKey] as string,
-      consumer: parts.name,
-      queue: parts.declaration.queue,
-      parkedQueue: parts.declaration.parkedQueue,
-      waits: decision.waits,
-      failure: recordedInfo,
-      decision,
-      now: new Date(),
-    });
+    const row = waitingRow(parts, d, messageId, d.trace?.headers(headers) ?? headers, decision, recordedInfo, new Date());
     const holdUntil = Date.now() + parts.storeOutageHoldMs;
     let stored: { id: string; paused: boolean };
     for (let attempt = 1; ; attempt++) {
@@ -210,7 +179,7 @@ export class Settler<T, Tx> {
       }
     }
     if (!this.ack(d)) return; // redelivered; the row is updated, not doubled, next time
-    parts.logger.info(`message waits in the retry table for '${decision.dependency}' (${recordedInfo.errorClass}: ${firstLine(recordedInfo.message)})`, { consumer: parts.name, messageId, waits: decision.waits, dependency: decision.dependency, tenant: decision.tenant, row: stored.id, paused: stored.paused, errorClass: recordedInfo.errorClass, error: recordedInfo.message });
+    logWaiting(parts, messageId, decision, recordedInfo, stored);
     this.count({ kind: 'waiting', messageId, dependency: decision.dependency, tenant: decision.tenant, row: stored.id, paused: stored.paused, nextAttemptAt: decision.nextAttemptAt, error: decision.error }, d);
   }
 
@@ -258,10 +227,4 @@ export class Settler<T, Tx> {
       this.requeue(d, false);
     }
   }
-}
-
-/** The first line of an error message, cut to 200 characters, for a log line's text (the whole message is a field). */
-function firstLine(message: string): string {
-  const line = message.split('\n', 1)[0] ?? '';
-  return line.length > 200 ? `${line.slice(0, 199)}…` : line;
 }

@@ -3,9 +3,11 @@
  * consumer would reach (acked, retried to tier N after D ms, parked with reason R and
  * the headers it would write, a retry-table row) with no broker, in milliseconds.
  *
- * It runs the consumer's own code: the same decoder, message id and schema, the same handler
- * clock (`timeoutMs`), the same idempotency guard call, `classify` and {@link decide}.
- * It loads no AMQP client.
+ * It runs the consumer's own path to the decision (src/consume/path.ts: the decoder, the
+ * message id, the schema, the handler clock, `classify`, {@link decide}, the retry table's
+ * rules and tenant functions, the id a waiting row takes), and says what the consumer would
+ * write and log. Only the handler's start is its own: no span, and a database outage is not
+ * held. It loads no AMQP client.
  *
  * @example
  * import { runDelivery } from 'warren/testing';
@@ -15,18 +17,16 @@
 import type * as amqp from 'amqplib';
 import { WarrenError } from '../errors.js';
 import { HEADER, MAX_HEADER_TABLE_BYTES, type ParkReason } from '../headers.js';
-import { decide, type Decision, type DecisionNote, type Happening } from '../consume/contract.js';
-import { copyHeaders, originHeaders } from '../consume/copy-headers.js';
-import { DuplicateDelivery, happening, HandlerRun, runHandler, StoreOutage, type GuardRunner } from '../consume/handler-run.js';
-import { bodyDecoder } from '../consume/decode.js';
-import { messageIdReader } from '../consume/message-id.js';
-import { decodeBody, messageIdOf, validatePayload } from '../consume/payload.js';
+import type { Logger } from '../logger.js';
+import { decide, type Decision, type DecisionNote } from '../consume/contract.js';
+import { copyHeaders } from '../consume/copy-headers.js';
+import { idOf } from '../consume/delivery.js';
+import { DuplicateDelivery, type HandlerRun, runHandler, StoreOutage } from '../consume/handler-run.js';
+import { bodyReaders, DeliveryPath, logParked, logRetried, logWaiting, waitingRow, type PathParts } from '../consume/path.js';
 import type { ConsumerOptions, Handler, MessageContext } from '../consume/types.js';
-import { describeFailure } from '../park/failure.js';
+import { describeFailure, type FailureInfo } from '../park/failure.js';
 import { headerTableBytes, withoutBrokerHeaders } from '../park/message.js';
 import { uuidv7 } from '../publish/message-id.js';
-import { readAttempts } from '../retry/attempts.js';
-import { retryRow } from '../retry-table/row.js';
 import type { RetryRowInput } from '../retry-table/types.js';
 import type { ConsumerTopology } from '../topology/declaration.js';
 
@@ -92,6 +92,25 @@ export interface TestOutcome {
   readonly error: unknown;
   /** What the consumer would log about the decision (a `classify` that threw, a missing `retryTable`). */
   readonly notes: readonly DecisionNote[];
+  /**
+   * The message id the consumer would report in its outcome: the producer's `message-id`,
+   * else what `messageIdFrom` found, else (a message that waits) the id its row is given.
+   */
+  readonly messageId: string | undefined;
+  /**
+   * Every line the consumer would log about this delivery, in order: the notes, the
+   * line of its outcome (`handler failed (...); retrying in 5000 ms`, `message parked
+   * (...)`, `message waits in the retry table for '...'`), and warnings such as a row
+   * under a made-up id. A waiting line has no `row` or `paused` (nothing is inserted).
+   */
+  readonly log: readonly LogLine[];
+}
+
+/** A line the consumer would log, as its logger is called. */
+export interface LogLine {
+  readonly level: 'debug' | 'info' | 'warn' | 'error';
+  readonly message: string;
+  readonly fields: Readonly<Record<string, unknown>>;
 }
 
 const DEFAULT_TIMEOUT_MS = 60_000;
@@ -115,50 +134,47 @@ export async function runDelivery<T = unknown, Tx = undefined>(
   const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   const msg = consumeMessage(consumer, message);
   const headers = msg.properties.headers as Record<string, unknown>;
-  let messageId = msg.properties.messageId as string | undefined;
-  const decoder = bodyDecoder(options.decoder);
-  const idReader = messageIdReader(options.messageIdFrom);
-  const failed = readAttempts(headers, new Set(consumer.retryQueues)).failed;
-  const context = { messageId, routingKey: msg.fields.routingKey, headers, attempt: failed + 1, raw: msg, tx: undefined, signal: AbortSignal.abort() };
-  const decideOn = (happened: Happening, payload?: T): Decision =>
-    decide({ happened, attempts: failed, headers, consumer, classify: options.classify, retryTable: options.retryTable, payload, context, now });
-
+  const log: LogLine[] = [];
+  const parts: PathParts<T, Tx> = { name: consumer.name, declaration: consumer, options, logger: keeper(log), timeoutMs, retryQueueSet: new Set(consumer.retryQueues), now };
+  const { decoder, idReader } = bodyReaders(options);
+  const guard = guardRunner(options, consumer.name);
   let ran = false;
-  let error: unknown;
-  let payload: T | undefined;
+  // The consumer's own path to the decision, with the handler run plainly (no hold through an outage).
+  const start = (d: TestDelivery): Promise<void> => {
+    ran = true;
+    const run = d.run as HandlerRun<Tx>;
+    return runHandler(handler, d.payload as T, run, timeoutMs, consumer.name, guard && ((work, signal) => guard(run.messageId as string, work, signal)), undefined, options.commitTimeoutMs);
+  };
   let decision: Decision | undefined;
-  if (msg.fields.redelivered) {
-    const guard = decideOn({ kind: 'redelivered', seenInFlight: false });
-    if (guard.kind !== 'run') decision = guard;
-  }
-  if (decision === undefined) {
-    try {
-      const body = decodeBody(decoder, msg, timeoutMs, consumer.name);
-      const value: unknown = body instanceof Promise ? await body : body;
-      messageId = messageIdOf(idReader, msg, value, messageId, options.idempotency !== undefined).id;
-      payload = options.schema ? await validatePayload(options.schema, value, timeoutMs, consumer.name) : (value as T);
-      const routingKey = typeof headers[HEADER.routingKey] === 'string' ? (headers[HEADER.routingKey] as string) : msg.fields.routingKey;
-      const run = new HandlerRun<Tx>(messageId, routingKey, headers, failed + 1, msg, options.tx as Tx);
-      ran = true;
-      await runHandler(handler, payload, run, timeoutMs, consumer.name, guardRunner(options, messageId, consumer.name), undefined, options.commitTimeoutMs);
-      decision = decideOn({ kind: 'resolved' });
-    } catch (caught) {
-      const happened = happening(caught);
-      if ('error' in happened) error = happened.error;
-      decision = decideOn(happened, payload);
-    }
-  }
-  return outcome(consumer, msg, decision, now, ran, error);
+  const path = new DeliveryPath<T, Tx, TestDelivery>(parts, decoder, idReader, start, (_d, _headers, decided) => void (decision = decided), options.tx);
+  const d: TestDelivery = { msg, foundId: undefined, madeUpId: undefined, payload: undefined, run: undefined };
+  await path.process(d, headers, path.attempts(msg, headers), false);
+  return outcome(parts, d, decision as Decision, now, ran, log);
+}
+
+/** A delivery on its way through the path (the consumer's `Delivery`, without a channel). */
+interface TestDelivery {
+  readonly msg: amqp.ConsumeMessage;
+  foundId: string | undefined;
+  madeUpId: string | undefined;
+  payload: unknown;
+  run: HandlerRun<unknown> | undefined;
+}
+
+/** A logger that keeps the lines, in the order logged. */
+function keeper(lines: LogLine[]): Logger {
+  const at = (level: LogLine['level']) => (message: string, fields: Record<string, unknown> = {}) => void lines.push({ level, message, fields });
+  return { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') };
 }
 
 /** The guard called as the consumer calls it (without holding the message through an outage). */
-function guardRunner<T, Tx>(options: TestOptions<T, Tx>, messageId: string | undefined, consumer: string): GuardRunner<Tx> | undefined {
+function guardRunner<T, Tx>(options: TestOptions<T, Tx>, consumer: string): ((messageId: string, work: (tx: Tx) => Promise<void>, signal: AbortSignal) => Promise<void>) | undefined {
   const guard = options.idempotency;
   if (guard === undefined) return undefined;
-  return async (work, signal) => {
+  return async (messageId, work, signal) => {
     let result: 'done' | 'duplicate';
     try {
-      result = await guard.run(messageId as string, consumer, work, signal);
+      result = await guard.run(messageId, consumer, work, signal);
     } catch (error) {
       if (error instanceof WarrenError && error.code === 'STORE_UNAVAILABLE') throw new StoreOutage(error);
       throw error;
@@ -167,11 +183,14 @@ function guardRunner<T, Tx>(options: TestOptions<T, Tx>, messageId: string | und
   };
 }
 
-/** The decision as the consumer would carry it out: which queue, which headers, which row. */
-function outcome(consumer: ConsumerTopology, msg: amqp.ConsumeMessage, decided: Decision, now: Date, ran: boolean, error: unknown): TestOutcome {
+/** The decision as the consumer would carry it out: which queue, which headers, which row, which log line. */
+function outcome<T, Tx>(parts: PathParts<T, Tx>, d: TestDelivery, decided: Decision, now: Date, ran: boolean, log: LogLine[]): TestOutcome {
+  const consumer = parts.declaration;
+  const { msg } = d;
   const headers = msg.properties.headers as Record<string, unknown>;
+  const messageId = idOf(d);
   let decision = decided;
-  const base = { decision, ran, error, notes: decided.notes ?? [], queue: undefined, headers: undefined, tier: undefined, delayMs: undefined, reason: undefined, attempts: undefined, row: undefined };
+  const base = { messageId, decision, ran, error: failureOf(decided), notes: decided.notes ?? [], log, queue: undefined, headers: undefined, tier: undefined, delayMs: undefined, reason: undefined, attempts: undefined, row: undefined };
   switch (decision.kind) {
     case 'ack':
       return { ...base, kind: decision.duplicate ? 'duplicate' : 'acked' };
@@ -179,35 +198,26 @@ function outcome(consumer: ConsumerTopology, msg: amqp.ConsumeMessage, decided: 
     case 'run':
       return { ...base, kind: 'requeued' };
     case 'wait': {
-      const origin = originHeaders(headers, msg.fields);
-      const row = retryRow({
-        messageId: msg.properties.messageId !== undefined && msg.properties.messageId !== '' ? (msg.properties.messageId as string) : uuidv7(),
-        content: msg.content,
-        properties: msg.properties,
-        headers,
-        exchange: origin[HEADER.exchange] as string,
-        routingKey: origin[HEADER.routingKey] as string,
-        consumer: consumer.name,
-        queue: consumer.queue,
-        parkedQueue: consumer.parkedQueue,
-        waits: decision.waits,
-        failure: describeFailure(decision.error),
-        decision,
-        now,
-      });
+      const failure = describeFailure(decision.error);
+      // The path gives every message that is to wait an id.
+      const row = waitingRow(parts, d, messageId as string, headers, decision, failure, now);
+      logWaiting(parts, messageId as string, decision, failure, undefined);
       return { ...base, kind: 'waiting', row };
     }
     case 'retry':
     case 'park':
     case 'move-back': {
       let queue = decision.kind === 'retry' ? decision.queue : decision.kind === 'park' ? consumer.parkedQueue : consumer.queue;
-      let copy = withoutBrokerHeaders(copyHeaders(decision, headers, msg.fields, consumer.name, now));
+      const failure = decision.kind === 'move-back' ? undefined : describeFailure(decision.error);
+      let copy = withoutBrokerHeaders(copyHeaders(decision, headers, msg.fields, consumer.name, now, failure));
       if (headerTableBytes(copy) > MAX_HEADER_TABLE_BYTES) {
         // As the consumer does: a copy that cannot carry its headers is parked with warren's essentials.
         decision = decide({ happened: { kind: 'unencodable', intended: decision }, attempts: 0, headers, consumer });
         queue = consumer.parkedQueue;
         copy = withoutBrokerHeaders(copyHeaders(decision as Extract<Decision, { kind: 'park' }>, headers, msg.fields, consumer.name, now));
       }
+      if (decision.kind === 'retry') logRetried(parts, messageId, decision, failure as FailureInfo);
+      else if (decision.kind === 'park') logParked(parts, messageId, decision, failure ?? describeFailure(decision.error));
       const kind = decision.kind === 'retry' ? 'retried' : decision.kind === 'park' ? 'parked' : 'redelivery-moved';
       return {
         ...base,
@@ -222,6 +232,13 @@ function outcome(consumer: ConsumerTopology, msg: amqp.ConsumeMessage, decided: 
       };
     }
   }
+}
+
+/** What failed, as the decision carries it: what was thrown (a wait's own error, not its cause); none for the crash-loop guard's. */
+function failureOf(decision: Decision): unknown {
+  if (decision.kind === 'wait') return decision.cause;
+  if (decision.kind === 'move-back' || (decision.kind === 'park' && decision.reason === 'crash-loop')) return undefined;
+  return 'error' in decision ? decision.error : undefined;
 }
 
 /** A routing key that one of the consumer's bindings matches. */
