@@ -89,7 +89,10 @@ export const consoleCommand: Command = {
     'Serves the console on --listen (default 127.0.0.1:8780) until Ctrl-C: the overview',
     '(per consumer: work depth, parked, consumers, redeliveries, with an hour of history),',
     'the parked messages grouped by cause with replay, canary replay and purge, and, with',
-    '--db, the retry table and the outbox. Every change is recorded on its Actions page',
+    '--db, the retry table and the outbox. With --db the parked pages read the database\'s',
+    'failure archive (exact groups, filters, history, actions on rows by id), and the console',
+    'ingests the parked queues into it, unless --no-ingest (the application or `warren',
+    'archive` does). Every change is recorded on its Actions page',
     '(and appended to --audit-file when given). It connects to the first node of --url',
     'that answers before it serves, and each page names that node (host:port).',
     '',
@@ -109,6 +112,7 @@ export const consoleCommand: Command = {
     'trusted-header': { type: 'string', label: '--trusted-header NAME', help: 'take the user name from this header, set by an authenticating proxy' },
     'trusted-role-header': { type: 'string', label: '--trusted-role-header NAME', help: 'with --trusted-header: the header that says viewer or operator; default everyone is a viewer' },
     'base-path': { type: 'string', label: '--base-path PATH', help: 'serve under this path, e.g. /warren behind a proxy; default /' },
+    'no-ingest': { type: 'boolean', label: '--no-ingest', help: 'with --db: read the archive, but leave ingesting the parked queues to the application or `warren archive`' },
     'audit-file': { type: 'string', label: '--audit-file FILE', help: 'record actions as JSON lines in FILE (env WARREN_AUDIT_FILE); default the database\'s action record with --db, else memory' },
   },
   examples: [
@@ -148,6 +152,7 @@ export const consoleCommand: Command = {
     const dbGiven = str(ctx.values, 'db') ?? ctx.io.env['WARREN_DB'];
     const db = dbGiven !== undefined && dbGiven.trim() !== '' ? databaseSettings(ctx.values, ctx.io, ctx.broker.connectTimeoutMs) : undefined;
     const store = db ? await openDatabase(db) : undefined;
+    if (ctx.values['no-ingest'] === true && store === undefined) throw new UsageError('--no-ingest goes with --db: without a database there is no archive to ingest into.');
     const auditFile = str(ctx.values, 'audit-file') ?? (ctx.io.env['WARREN_AUDIT_FILE']?.trim() || undefined);
     // One AMQP connection on the first node of --url that answers, opened again after a loss.
     let live: Promise<amqp.ChannelModel> | undefined;
@@ -168,6 +173,11 @@ export const consoleCommand: Command = {
           throw error;
         },
       ));
+    // With a database the parked pages read its archive; this console ingests the parked queues into it too, unless told not to.
+    const { Archive, ArchiveIngester } = await import('../../archive/index.js');
+    const archive = store ? new Archive(store) : undefined;
+    const ingester = store && ctx.values['no-ingest'] !== true ? new ArchiveIngester({ store, topology, connection }) : undefined;
+    ingester?.on('behind', (e: { consumer: string; error: string }) => ctx.err(`${e.consumer}: the archive is behind: the database does not take batches (${e.error}); the parked queue keeps the messages.`));
     const server: Server = createServer();
     let ops: Awaited<ReturnType<typeof mod.warrenConsole>> | undefined;
     try {
@@ -187,6 +197,8 @@ export const consoleCommand: Command = {
         management: ctx.management(),
         authorize,
         ...(store ? { store, databaseName: db?.shown ?? '' } : {}),
+        ...(archive ? { archive } : {}),
+        ...(ingester ? { ingester } : {}),
         ...(str(ctx.values, 'base-path') !== undefined ? { basePath: str(ctx.values, 'base-path') as string } : {}),
         ...(hasAuth ? { challenge: 'Basic realm="warren console", charset="UTF-8"' } : {}),
         // A console on loopback answers only to loopback names: a DNS-rebinding page cannot reach it.
@@ -201,6 +213,7 @@ export const consoleCommand: Command = {
         if (error instanceof UsageError) throw error;
         ctx.err(`note: not connected to RabbitMQ yet: ${error instanceof Error ? error.message : String(error)} Pages that need it try again.`);
       });
+      ingester?.start();
       const who = hasAuth ? 'sign in required' : 'anyone on this machine is an operator';
       ctx.out(`warren console: http://${shownHost}:${bound}${ops.basePath}/ (${who}; Ctrl-C to stop)`);
       await new Promise<void>((resolve) => {
@@ -212,6 +225,7 @@ export const consoleCommand: Command = {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
       await ops?.close();
+      await ingester?.stop();
       await (await live?.catch(() => undefined))?.close().catch(() => undefined);
       await store?.close().catch(() => undefined);
     }
