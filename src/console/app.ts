@@ -9,8 +9,10 @@ import { Hono, type Context } from 'hono';
 import { InvalidOptionError, UnknownConsumerError, WarrenError } from '../errors.js';
 import { QueueNotFoundError } from '../park/errors.js';
 import { CONSOLE_CSS, CONSOLE_JS, uplotAssets } from './assets.js';
+import { bodyLimit } from 'hono/body-limit';
 import { checkCsrf, csrfToken } from './auth.js';
 import { ConsoleData } from './data.js';
+import { CSP, setSecurityHeaders } from './headers.js';
 import type { Jobs } from './jobs.js';
 import type { ResolvedOptions } from './options.js';
 import { errorPage, type PageContext } from './pages/layout.js';
@@ -24,16 +26,7 @@ import { storeRoutes } from './routes/store.js';
 /** The console's icon: a parked-queue square in the alert colour. */
 const FAVICON_SVG = '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect x="2" y="2" width="12" height="12" rx="3" fill="#b3261e"/></svg>';
 
-/** The Content-Security-Policy every console response carries: nothing inline, nothing from elsewhere, never framed. */
-export const CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
-
-const SECURITY_HEADERS: Readonly<Record<string, string>> = {
-  'content-security-policy': CSP,
-  'x-content-type-options': 'nosniff',
-  'x-frame-options': 'DENY',
-  'referrer-policy': 'same-origin',
-  'cache-control': 'no-store',
-};
+export { CSP };
 
 /**
  * Why a request comes from another site's page, or null when it comes from the console's
@@ -83,8 +76,17 @@ export function consoleApp(options: ResolvedOptions, data: ConsoleData, jobs: Jo
 
   app.use('*', async (c, next) => {
     await next();
-    for (const [k, v] of Object.entries(SECURITY_HEADERS)) c.res.headers.set(k, v);
+    setSecurityHeaders(c.res.headers);
   });
+
+  // Before the body is parsed anywhere (the CSRF check reads the form): a larger one is never read whole.
+  app.use(
+    '*',
+    bodyLimit({
+      maxSize: options.maxBodyBytes,
+      onError: (c) => c.text(`Refused: the request body is larger than ${options.maxBodyBytes} bytes, more than any of the console's forms sends.`, 413, { connection: 'close' }),
+    }),
+  );
 
   app.use('*', async (c, next) => {
     if (options.allowedHosts) {
@@ -152,8 +154,10 @@ export function consoleApp(options: ResolvedOptions, data: ConsoleData, jobs: Jo
 
   app.notFound((c) => {
     const page = c.get('page') as PageContext | undefined;
-    if (!page || wantsJson(c)) return c.json({ error: 'not found' }, 404);
-    return c.html(errorPage(page, 'Not found', `Nothing at ${c.req.path}.`), 404);
+    const res = !page || wantsJson(c) ? c.json({ error: 'not found' }, 404) : c.html(errorPage(page, 'Not found', `Nothing at ${c.req.path}.`), 404);
+    // Outside the base path no middleware ran: the headers are set here for those too.
+    setSecurityHeaders(res.headers);
+    return res;
   });
 
   app.onError((error, c) => {

@@ -4,6 +4,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
+import { SECURITY_HEADERS } from './headers.js';
 
 /** A fetch-style handler, as `warrenConsole(...).fetch`. */
 export type FetchHandler = (request: Request) => Promise<Response>;
@@ -56,8 +57,16 @@ function toRequest(req: IncomingMessage & { originalUrl?: string; body?: unknown
  * expressApp.use('/ops/warren', nodeListener(console.fetch)); // basePath: '/ops/warren'
  */
 export function nodeListener(handler: FetchHandler): (req: IncomingMessage, res: ServerResponse) => void {
+  /** The adapter's own answer: the console's security headers, a fixed text, never the request's URL. */
+  const refuse = (req: IncomingMessage, res: ServerResponse, status: number, text: string, extra: Record<string, string> = {}) => {
+    if (!res.headersSent) res.writeHead(status, { ...SECURITY_HEADERS, 'content-type': 'text/plain; charset=utf-8', connection: 'close', ...extra });
+    res.end(req.method === 'HEAD' ? undefined : `warren console: ${text}\n`);
+  };
   return (req, res) => {
     void (async () => {
+      // Refused here: fetch's Request takes neither, and what it would say echoes the URL.
+      if (req.method === 'TRACE' || req.method === 'TRACK' || req.method === 'CONNECT') return refuse(req, res, 405, `the method ${req.method} is not used.`, { allow: 'GET, HEAD, POST' });
+      if (!(req.url ?? '/').startsWith('/')) return refuse(req, res, 400, 'the request target must be a path (origin-form), not a full URL.');
       try {
         const response = await handler(toRequest(req));
         const headers: Record<string, string | string[]> = {};
@@ -76,9 +85,9 @@ export function nodeListener(handler: FetchHandler): (req: IncomingMessage, res:
           }
         }
         res.end();
-      } catch (error) {
-        if (!res.headersSent) res.writeHead(500, { 'content-type': 'text/plain; charset=utf-8' });
-        res.end(`warren console: ${error instanceof Error ? error.message.split('\n')[0] : 'failed'}`);
+      } catch {
+        // An error of the adapter's own (the console's handler answers its errors itself): no detail, which could hold the URL.
+        refuse(req, res, 500, 'the request could not be answered.');
       }
     })();
   };

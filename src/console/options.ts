@@ -84,6 +84,12 @@ export interface ConsoleOptions {
   maxDueAgeMs?: number;
   /** Parked messages a page reads at most (a browse holds them unacknowledged meanwhile). @default 10000 */
   maxParkedRead?: number;
+  /**
+   * The largest request body accepted, in bytes; a larger one is refused with 413 before
+   * it is read whole (and before the CSRF check). The console's own forms send a few KB.
+   * @default 65536
+   */
+  maxBodyBytes?: number;
 }
 
 /** Options after defaults and checks. */
@@ -109,6 +115,7 @@ export interface ResolvedOptions {
   readonly historyMs: number;
   readonly maxDueAgeMs: number;
   readonly maxParkedRead: number;
+  readonly maxBodyBytes: number;
 }
 
 function ms(name: string, value: number | undefined, fallback: number, min: number): number {
@@ -204,6 +211,8 @@ export function resolveOptions(options: ConsoleOptions): ResolvedOptions {
   if (options.ingester !== undefined && typeof options.ingester?.state !== 'function') throw new InvalidOptionError('ingester', 'expected an ArchiveIngester (something with state())');
   const maxParkedRead = options.maxParkedRead ?? 10_000;
   if (!Number.isInteger(maxParkedRead) || maxParkedRead < 1) throw new InvalidOptionError('maxParkedRead', `${maxParkedRead} is not a whole number of at least 1`);
+  const maxBodyBytes = options.maxBodyBytes ?? 65_536;
+  if (!Number.isInteger(maxBodyBytes) || maxBodyBytes < 1024) throw new InvalidOptionError('maxBodyBytes', `${maxBodyBytes} is not a whole number of bytes of at least 1024`);
   return {
     authorize: options.authorize,
     topology,
@@ -225,5 +234,6 @@ export function resolveOptions(options: ConsoleOptions): ResolvedOptions {
     historyMs: ms('historyMs', options.historyMs, 3_600_000, 1000),
     maxDueAgeMs: ms('maxDueAgeMs', options.maxDueAgeMs, 300_000, 1),
     maxParkedRead,
+    maxBodyBytes,
   };
 }

@@ -1,12 +1,15 @@
 // The console against an attacker: patterns that would stall it, requests from other
 // sites, secrets in URLs, a forged or failing action record, and the smaller leaks.
+import { spawn } from 'node:child_process';
+import { createServer } from 'node:http';
+import { connect, type AddressInfo } from 'node:net';
 import { PassThrough } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { testTopology } from '../../test/helpers.js';
+import { AMQP_URL, MGMT_URL, onTeardown, testTopology, waitFor } from '../../test/helpers.js';
 import { run } from '../cli/run.js';
 import { redactUrl, redactUrls } from '../connection/url.js';
 import { declared, failures, publishParked } from '../park/testing/fixtures.js';
-import { memoryActionLog } from './index.js';
+import { CSP, memoryActionLog, nodeListener } from './index.js';
 import type { ConsoleUser } from './auth.js';
 import { csrfOf, get, OPERATOR, post, testConsole, VIEWER } from './testing/harness.js';
 
@@ -212,4 +215,119 @@ describe('console security: passwords in URLs', () => {
       expect(leaks(t.text().err + t.text().out), flags[0]).toEqual([]);
     }
   });
+});
+
+/** A console behind node:http under /ops, on a port of its own. */
+async function served(options: Parameters<typeof testConsole>[1] = {}) {
+  const topology = billingTopology();
+  await declared(topology);
+  const ops = testConsole(topology, { basePath: '/ops', ...options });
+  const server = createServer(nodeListener(ops.fetch));
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  onTeardown(() => new Promise<void>((r) => {
+    server.closeAllConnections();
+    server.close(() => r());
+  }));
+  return { ops, topology, port: (server.address() as AddressInfo).port };
+}
+
+/**
+ * Sends `head` (and `body`, if any) on a socket of its own and returns what comes back
+ * once the server answers, closing the socket without sending the rest.
+ */
+function raw(port: number, head: string, body: Buffer = Buffer.alloc(0)): Promise<{ status: number; headers: string; text: string }> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1');
+    let got = '';
+    const done = () => {
+      const [headers = '', ...rest] = got.split('\r\n\r\n');
+      socket.destroy();
+      resolve({ status: Number(/^HTTP\/1\.1 (\d+)/.exec(headers)?.[1]), headers: headers.toLowerCase(), text: rest.join('\r\n\r\n') });
+    };
+    socket.on('data', (d: Buffer) => {
+      got += d.toString('latin1');
+      const end = got.indexOf('\r\n\r\n');
+      if (end < 0) return;
+      const length = /content-length: (\d+)/i.exec(got.slice(0, end))?.[1];
+      if (length === undefined || got.length >= end + 4 + Number(length) || /transfer-encoding: chunked/i.test(got.slice(0, end)) && got.endsWith('0\r\n\r\n')) done();
+    });
+    socket.on('end', done);
+    socket.on('error', (e) => (got ? done() : reject(e)));
+    socket.write(head);
+    if (body.length > 0) socket.write(body);
+  });
+}
+
+describe('console security: the smaller leaks', () => {
+  it('a form POST over the body limit is refused with 413 before the CSRF check, without reading the rest of it', async () => {
+    const { ops, topology, port } = await served();
+    const path = `/ops/parked/${topology.consumer('billing').name}/replay`;
+    // 64 MiB announced, 256 KiB sent: the answer comes without the rest.
+    const big = await raw(port, `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nx-test-user: alice\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: ${64 * 1024 * 1024}\r\n\r\n`, Buffer.alloc(256 * 1024, 'a'));
+    expect(big.status).toBe(413);
+    expect(big.text).toMatch(/larger than 65536 bytes/);
+    expect(big.headers).toContain(`content-security-policy: ${CSP.toLowerCase()}`);
+    // Chunked, with no length announced: cut off once past the limit too.
+    const chunk = Buffer.alloc(32 * 1024, 'a');
+    const chunks = Buffer.concat([0, 1, 2, 3].flatMap(() => [Buffer.from(`${chunk.length.toString(16)}\r\n`), chunk, Buffer.from('\r\n')]));
+    const chunked = await raw(port, `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nx-test-user: alice\r\ncontent-type: application/x-www-form-urlencoded\r\ntransfer-encoding: chunked\r\n\r\n`, chunks);
+    expect(chunked.status).toBe(413);
+    // Under the limit, the same POST without a token is the CSRF check's.
+    const small = await post(ops, path.replace('/ops', ''), { scope: 'filter', pad: 'a'.repeat(60_000) }, { csrf: false });
+    expect(small.status).toBe(403);
+    // The limit is an option.
+    const { topology: t2, port: p2 } = await served({ maxBodyBytes: 1024 });
+    const over = await raw(p2, `POST /ops/parked/${t2.consumer('billing').name}/replay HTTP/1.1\r\nHost: 127.0.0.1:${p2}\r\nx-test-user: alice\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: 2048\r\n\r\n`, Buffer.alloc(2048, 'a'));
+    expect(over.status).toBe(413);
+  });
+
+  it("the adapter's own answers (TRACE, an absolute-form URL) and a 404 outside the base path carry the security headers and never echo the URL", async () => {
+    const { port } = await served();
+    for (const [head, status] of [
+      [`TRACE /ops/ HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nx-test-user: alice\r\n\r\n`, 405],
+      [`GET http://evil.example/<script>alert(1)</script> HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nx-test-user: alice\r\n\r\n`, 400],
+      [`GET /elsewhere/<b>x</b> HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nx-test-user: alice\r\n\r\n`, 404],
+      [`GET /elsewhere HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\n\r\n`, 404],
+    ] as const) {
+      const res = await raw(port, head);
+      const line = head.split('\r\n')[0] as string;
+      expect(res.status, line).toBe(status);
+      expect(res.headers, line).toContain(`content-security-policy: ${CSP.toLowerCase()}`);
+      expect(res.headers, line).toContain('x-content-type-options: nosniff');
+      expect(res.headers, line).toContain('x-frame-options: deny');
+      expect(res.headers, line).toContain('cache-control: no-store');
+      expect(res.text, line).not.toMatch(/evil\.example|<script>|<b>|elsewhere/);
+    }
+  });
+});
+
+describe('console security: a trusted header beyond loopback', () => {
+  it('warren console --listen 0.0.0.0 --trusted-header refuses to start, saying why, unless --trust-proxy-only is given', async () => {
+    const t = cliIo();
+    expect(await run(['console', '-t', 'examples/topology.ts', '--listen', '0.0.0.0:0', '--trusted-header', 'x-forwarded-user', '--trusted-role-header', 'x-forwarded-role'], t.io)).toBe(2);
+    expect(t.text().err).toMatch(/anyone who can reach that address can send the header x-forwarded-user \(and x-forwarded-role: operator\)/);
+    expect(t.text().err).toMatch(/Give --trust-proxy-only once nothing but the authenticating proxy can reach it/);
+    const alone = cliIo();
+    expect(await run(['console', '-t', 'examples/topology.ts', '--trust-proxy-only'], alone.io)).toBe(2);
+    expect(alone.text().err).toMatch(/--trust-proxy-only goes with --trusted-header/);
+
+    const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'console', '-t', 'examples/topology.ts', '--listen', '0.0.0.0:0', '--trusted-header', 'x-forwarded-user', '--trust-proxy-only'], {
+      env: { ...process.env, WARREN_AMQP_URL: AMQP_URL, WARREN_MANAGEMENT_URL: MGMT_URL },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+    const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+    onTeardown(async () => {
+      if (child.exitCode === null) child.kill('SIGKILL');
+    });
+    await waitFor(() => /http:\/\/0\.0\.0\.0:\d+\//.test(out) || child.exitCode !== null, 'the console to print its URL', 30_000);
+    const port = /http:\/\/0\.0\.0\.0:(\d+)\//.exec(out)?.[1];
+    expect(port, out).toBeDefined();
+    const page = await fetch(`http://127.0.0.1:${port}/actions`, { headers: { 'x-forwarded-user': 'bob' } });
+    expect(await page.text()).toContain('bob (viewer)');
+    child.kill('SIGINT');
+    expect(await exited).toBe(0);
+  }, 60_000);
 });

@@ -101,7 +101,8 @@ export const consoleCommand: Command = {
     'with the token as password and is recorded as token:operator, whatever name it gives;',
     'beside --users, the names of that file are refused with a token), --users FILE (basic auth against',
     'scrypt hashes from `warren console hash-password`), or --trusted-header NAME (a proxy',
-    'in front that authenticates and sets the user name).',
+    'in front that authenticates and sets the user name; beyond loopback it also needs',
+    '--trust-proxy-only, saying that nothing but the proxy can reach --listen).',
   ].join('\n'),
   flags: {
     ...DB_FLAGS,
@@ -110,6 +111,7 @@ export const consoleCommand: Command = {
     'viewer-token': { type: 'string', label: '--viewer-token TOKEN', help: 'viewers sign in with this token; env WARREN_CONSOLE_VIEWER_TOKEN' },
     users: { type: 'string', label: '--users FILE', help: 'basic auth: lines of name:viewer|operator:HASH (HASH from `warren console hash-password`)' },
     'trusted-header': { type: 'string', label: '--trusted-header NAME', help: 'take the user name from this header, set by an authenticating proxy' },
+    'trust-proxy-only': { type: 'boolean', label: '--trust-proxy-only', help: 'with --trusted-header beyond loopback: say that only the proxy can reach --listen (anyone else could send the header)' },
     'trusted-role-header': { type: 'string', label: '--trusted-role-header NAME', help: 'with --trusted-header: the header that says viewer or operator; default everyone is a viewer' },
     'base-path': { type: 'string', label: '--base-path PATH', help: 'serve under this path, e.g. /warren behind a proxy; default /' },
     'no-ingest': { type: 'boolean', label: '--no-ingest', help: 'with --db: read the archive, but leave ingesting the parked queues to the application or `warren archive`' },
@@ -136,6 +138,12 @@ export const consoleCommand: Command = {
         `--listen ${host}:${port} is reachable from other machines, and no auth method is given, so anyone there could replay and purge. Give one: --token TOKEN (or WARREN_CONSOLE_TOKEN, e.g. $(openssl rand -hex 24)), --users FILE (lines name:operator:HASH from \`warren console hash-password\`), or --trusted-header NAME behind an authenticating proxy; or listen on 127.0.0.1.`,
       );
     }
+    if (trusted !== undefined && !loopback && ctx.values['trust-proxy-only'] !== true) {
+      throw new UsageError(
+        `--trusted-header ${trusted} with --listen ${host}:${port}: anyone who can reach that address can send the header ${trusted}${roleHeader !== undefined ? ` (and ${roleHeader}: operator)` : ''} and be whoever they name. Give --trust-proxy-only once nothing but the authenticating proxy can reach it (a firewall, a private network, a sidecar), or listen on 127.0.0.1 behind a proxy on the same machine.`,
+      );
+    }
+    if (ctx.values['trust-proxy-only'] === true && trusted === undefined) throw new UsageError('--trust-proxy-only goes with --trusted-header: without it, there is no proxy header to trust.');
     const topology = await ctx.topology();
     const mod = await import('../../console/index.js');
     const methods = [];
