@@ -4,15 +4,16 @@
  */
 import type * as amqp from 'amqplib';
 import { ClosedError, PublishNotConfirmedError, UnroutableError } from '../errors.js';
-import { HEADER, MAX_HEADER_TABLE_BYTES } from '../headers.js';
+import { HEADER } from '../headers.js';
 import { backoffDelay } from '../connection/index.js';
 import { declareTopology } from '../topology/apply.js';
 import { describeFailure } from '../park/failure.js';
-import { copyProperties as copyMessageProperties, hasBrokerHeader, headerTableBytes, withoutBrokerHeaders } from '../park/message.js';
+import { copyProperties as copyMessageProperties, hasBrokerHeader, withoutBrokerHeaders } from '../park/message.js';
 import type { Decision } from './contract.js';
 import { minimalHeaders } from './copy-headers.js';
 import { idOf, type Delivery } from './delivery.js';
 import { decideFor, errorText, orTimeout, type ConsumerParts } from './parts.js';
+import { logUnencodable, oversizeHeaders } from './path.js';
 import type { Outcome } from './types.js';
 import type { PublishKind } from '../publish/publisher.js';
 
@@ -44,14 +45,14 @@ export async function moveCopy<T, Tx>(settler: MoveSettling, parts: ConsumerPart
   let minimal = false;
   let fate = intended;
   const fallBack = (why: string): void => {
-    logger.error('the copy\'s headers cannot be encoded; parking it with minimal metadata instead', { consumer: name, messageId: idOf(d), queue, why });
+    logUnencodable(parts, idOf(d), queue, why);
     fate = decideFor(parts, d, headers, 0, { kind: 'unencodable', intended });
     target = parts.declaration.parkedQueue;
     table = minimalHeaders(fate as Extract<Decision, { kind: 'park' }>, (d.msg.properties.headers ?? {}) as Record<string, unknown>, d.msg.fields, name, new Date());
     minimal = true;
   };
-  const bytes = headerTableBytes(table);
-  if (bytes > MAX_HEADER_TABLE_BYTES) fallBack(`${bytes} bytes of headers, more than ${MAX_HEADER_TABLE_BYTES}`);
+  const oversize = oversizeHeaders(table);
+  if (oversize !== undefined) fallBack(oversize);
   const giveUpAt = Date.now() + MOVE_GIVE_UP_MS;
   for (let attempt = 1; ; attempt++) {
     if (!parts.current(d.ch)) return false; // its channel is gone: the broker redelivers it

@@ -9,9 +9,10 @@
  * plainly) and carries the decision out. Loads no AMQP client.
  */
 import type * as amqp from 'amqplib';
-import { HEADER } from '../headers.js';
+import { HEADER, MAX_HEADER_TABLE_BYTES } from '../headers.js';
 import type { Logger } from '../logger.js';
 import { describeFailure, type FailureInfo } from '../park/failure.js';
+import { headerTableBytes } from '../park/message.js';
 import { uuidv7 } from '../publish/message-id.js';
 import { readAttempts } from '../retry/attempts.js';
 import { retryRow } from '../retry-table/row.js';
@@ -234,6 +235,17 @@ export function logWaiting(parts: Pick<PathParts<unknown, unknown>, 'name' | 'lo
   parts.logger.info(`message waits in the retry table for '${decision.dependency}' (${failure.errorClass}: ${firstLine(failure.message)})`, {
     consumer: parts.name, messageId, waits: decision.waits, dependency: decision.dependency, tenant: decision.tenant, row: stored?.id, paused: stored?.paused, errorClass: failure.errorClass, error: failure.message,
   });
+}
+
+/** Why a copy's header table cannot be published (more encoded bytes than warren publishes), or undefined when it can. */
+export function oversizeHeaders(table: Readonly<Record<string, unknown>>): string | undefined {
+  const bytes = headerTableBytes(table);
+  return bytes > MAX_HEADER_TABLE_BYTES ? `${bytes} bytes of headers, more than ${MAX_HEADER_TABLE_BYTES}` : undefined;
+}
+
+/** The line of a copy whose headers cannot be encoded, parked with warren's essentials instead (that park logs no line of its own). */
+export function logUnencodable(parts: Pick<PathParts<unknown, unknown>, 'name' | 'logger'>, messageId: string | undefined, queue: string, why: string): void {
+  parts.logger.error("the copy's headers cannot be encoded; parking it with minimal metadata instead", { consumer: parts.name, messageId, queue, why });
 }
 
 /** The first line of an error message, cut to 200 characters, for a log line's text (the whole message is a field). */

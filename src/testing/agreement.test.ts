@@ -65,6 +65,13 @@ const CASES: readonly Case[] = [
     message: {},
     expected: 'retried 0 1',
   },
+  {
+    name: 'a retry whose headers would not fit the table',
+    handler: () => { throw new Error('x'.repeat(1_500)); },
+    message: { headers: { big: 'y'.repeat(64_000) } },
+    expected: 'parked unencodable-headers 1',
+    says: /^the copy's headers cannot be encoded; parking it with minimal metadata instead$/,
+  },
   // Messages without a message-id property that ask to wait.
   { name: 'no message id, asks to wait: a row under a made-up id', handler: waitForCarrier, options: (s) => ({ retryTable: s.retryTable }), message: { messageId: null }, expected: 'waiting carrier (made up)' },
   { name: 'messageIdFrom finds the id in a header, asks to wait', handler: waitForCarrier, options: (s) => ({ retryTable: s.retryTable, messageIdFrom: REQUEST_ID }), message: { messageId: null, headers: { 'x-request-id': 'req-a' } }, expected: 'waiting carrier req-a' },
@@ -82,7 +89,7 @@ const CASES: readonly Case[] = [
     handler: () => undefined,
     options: (s) => ({ idempotency: s.idempotency, decoder: neverDecodes, timeoutMs: 100, retryTable: { ...s.retryTable, rules: [{ when: HandlerTimeoutError, dependency: 'decoder' }] } }),
     message: {},
-    expected: 'waiting decoder agree-19',
+    expected: 'waiting decoder agree-20',
   },
   {
     name: 'a tenant function reads ctx.messageId (found by messageIdFrom)',
@@ -96,7 +103,7 @@ const CASES: readonly Case[] = [
     handler: waitForCarrier,
     options: (s) => ({ retryTable: { ...s.retryTable, tenant: (_p, ctx) => `tenant-of-${(ctx.messageId as string).toUpperCase()}` } }),
     message: {},
-    expected: 'waiting carrier agree-21 tenant-of-AGREE-21',
+    expected: 'waiting carrier agree-22 tenant-of-AGREE-22',
   },
 ];
 
@@ -125,9 +132,16 @@ function rowView(row: RetryRow | RetryRowInput | undefined, given: ReadonlySet<s
   };
 }
 
+/** A field of a log line, but for what differs by the call stack (a header table's size holds the stack's frames). */
+function fieldView(key: string, value: unknown, given: ReadonlySet<string>): unknown {
+  if (key === 'messageId') return id(value, given);
+  if (key === 'why' && typeof value === 'string') return value.replace(/^\d+ bytes of headers/, '(n) bytes of headers');
+  return value;
+}
+
 /** A log line about the delivery, without what only the database or the clock knows (the row's id, a pause, a duration). */
 function lineView(line: LogLine, given: ReadonlySet<string>) {
-  const fields = Object.fromEntries(Object.entries(line.fields).filter(([k]) => k !== 'row' && k !== 'paused').map(([k, v]) => [k, k === 'messageId' ? id(v, given) : v]));
+  const fields = Object.fromEntries(Object.entries(line.fields).filter(([k]) => k !== 'row' && k !== 'paused').map(([k, v]) => [k, fieldView(k, v, given)]));
   return { level: line.level, message: line.message, fields };
 }
 

@@ -4,7 +4,7 @@
  * the headers it would write, a retry-table row) with no broker, in milliseconds.
  *
  * It runs the consumer's own path to the decision (src/consume/path.ts: the decoder, the
- * message id, the schema, the handler clock, `classify`, {@link decide}, the retry table's
+ * message id, the schema, the handler clock, `classify`, `decide()`, the retry table's
  * rules and tenant functions, the id a waiting row takes), and says what the consumer would
  * write and log. Only the handler's start is its own: no span, and a database outage is not
  * held. It loads no AMQP client.
@@ -16,16 +16,16 @@
  */
 import type * as amqp from 'amqplib';
 import { WarrenError } from '../errors.js';
-import { HEADER, MAX_HEADER_TABLE_BYTES, type ParkReason } from '../headers.js';
+import { HEADER, type ParkReason } from '../headers.js';
 import type { Logger } from '../logger.js';
-import { decide, type Decision, type DecisionNote } from '../consume/contract.js';
+import type { Decision, DecisionNote } from '../consume/contract.js';
 import { copyHeaders } from '../consume/copy-headers.js';
 import { idOf } from '../consume/delivery.js';
 import { DuplicateDelivery, type HandlerRun, runHandler, StoreOutage } from '../consume/handler-run.js';
-import { bodyReaders, DeliveryPath, logParked, logRetried, logWaiting, waitingRow, type PathParts } from '../consume/path.js';
+import { bodyReaders, decideFor, DeliveryPath, logParked, logRetried, logUnencodable, logWaiting, oversizeHeaders, waitingRow, type PathParts } from '../consume/path.js';
 import type { ConsumerOptions, Handler, MessageContext } from '../consume/types.js';
 import { describeFailure, type FailureInfo } from '../park/failure.js';
-import { headerTableBytes, withoutBrokerHeaders } from '../park/message.js';
+import { withoutBrokerHeaders } from '../park/message.js';
 import { uuidv7 } from '../publish/message-id.js';
 import type { RetryRowInput } from '../retry-table/types.js';
 import type { ConsumerTopology } from '../topology/declaration.js';
@@ -71,7 +71,7 @@ export interface TestOptions<T = unknown, Tx = undefined> extends Pick<ConsumerO
 export interface TestOutcome {
   /** The outcome the consumer would report (its `outcome` event's `kind`). */
   readonly kind: 'acked' | 'duplicate' | 'retried' | 'parked' | 'waiting' | 'requeued' | 'redelivery-moved';
-  /** {@link decide}'s decision, as the consumer would apply it. */
+  /** `decide()`'s decision, as the consumer would apply it. */
   readonly decision: Decision;
   /** The queue the copy is published to: a retry tier, the parked queue, or the work queue (a crash-loop move). */
   readonly queue: string | undefined;
@@ -210,9 +210,11 @@ function outcome<T, Tx>(parts: PathParts<T, Tx>, d: TestDelivery, decided: Decis
       let queue = decision.kind === 'retry' ? decision.queue : decision.kind === 'park' ? consumer.parkedQueue : consumer.queue;
       const failure = decision.kind === 'move-back' ? undefined : describeFailure(decision.error);
       let copy = withoutBrokerHeaders(copyHeaders(decision, headers, msg.fields, consumer.name, now, failure));
-      if (headerTableBytes(copy) > MAX_HEADER_TABLE_BYTES) {
+      const oversize = oversizeHeaders(copy);
+      if (oversize !== undefined) {
         // As the consumer does: a copy that cannot carry its headers is parked with warren's essentials.
-        decision = decide({ happened: { kind: 'unencodable', intended: decision }, attempts: 0, headers, consumer });
+        logUnencodable(parts, messageId, queue, oversize);
+        decision = decideFor(parts, d, headers, 0, { kind: 'unencodable', intended: decision });
         queue = consumer.parkedQueue;
         copy = withoutBrokerHeaders(copyHeaders(decision as Extract<Decision, { kind: 'park' }>, headers, msg.fields, consumer.name, now));
       }
