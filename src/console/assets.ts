@@ -146,9 +146,22 @@ export const CONSOLE_JS = String.raw`
         charts[name] = new window.uPlot({
           width: Math.max(260, el.clientWidth || 320),
           height: 140,
-          scales: { x: { time: true } },
+          // The samples' own time range: uPlot widens one instant to 1000 days (86400 / ms, with ms the
+          // 0.001 of seconds), so the range is taken from the samples, and fewer than five minutes of
+          // them (one sample) are shown in five minutes around them.
+          scales: { x: { time: true, range: function (u, min, max) {
+            var t = u.data[0] || [];
+            if (t.length === 0) { var now = Date.now() / 1000; return [now - 300, now]; }
+            var lo = t[0], hi = t[t.length - 1];
+            // Five minutes of samples or more: uPlot's range (a zoom's too) is theirs.
+            if (hi - lo >= 300) return [min, max];
+            var mid = (lo + hi) / 2;
+            return [mid - 150, mid + 150];
+          } } },
           series: [{}, { label: 'work', stroke: '#0969da', width: 1.5 }, { label: 'parked', stroke: '#cf222e', width: 1.5 }],
-          axes: [{}, { size: 44 }]
+          axes: [{}, { size: 44 }],
+          // The time range drawn, in seconds, for tests and scripts.
+          hooks: { setScale: [function (u, key) { if (key === 'x') { el.setAttribute('data-x-min', String(u.scales.x.min)); el.setAttribute('data-x-max', String(u.scales.x.max)); } }] }
         }, data, el);
       });
     };

@@ -213,7 +213,7 @@ describe('console: secrets', () => {
     }
   });
 
-  it('names the broker as `brokerName` says at each page, password masked; a connection given alone stays "the application\'s connection"', async () => {
+  it('names the broker as `brokerName` says at each page, password masked; mounted, the node of the application\'s connection', async () => {
     const topology = billingTopology();
     await declared(topology);
     const footer = (html: string) => /<span id="broker">([^<]*)<\/span>/.exec(html)?.[1];
@@ -229,9 +229,13 @@ describe('console: secrets', () => {
       },
     });
     expect(footer((await get(failing, '/')).text)).toBe('broker amqp://ops:***@127.0.0.1:5672/');
+    // Mounted with the application's connection: the node it is on, once the console has used it.
     const conn = await rawConnection();
     const given = testConsole(topology, { connection: () => Promise.resolve(conn) });
-    expect(footer((await get(given, '/')).text)).toBe('broker the application&#39;s connection');
+    expect(footer((await get(given, `/parked/${topology.consumer('billing').name}`)).text)).toMatch(/^broker 127\.0\.0\.1:\d+ \(RabbitMQ \d+\.\d+\.\d+\)$/);
+    const warren = await connectWarren(topology);
+    const mounted = testConsole(topology, { warren });
+    expect(footer((await get(mounted, '/')).text)).toMatch(/^broker 127\.0\.0\.1:\d+ \(RabbitMQ \d+\.\d+\.\d+\)$/);
     expect(() => testConsole(topology, { brokerName: 42 as unknown as string })).toThrow(/brokerName/);
   });
 

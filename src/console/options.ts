@@ -38,7 +38,7 @@ export interface ConsoleOptions {
    * How the broker is named on the page: a text, or a function asked at each page (for
    * a connection that may move between a cluster's nodes, the node it is on now). A URL's
    * password is masked.
-   * @default the URL's, password masked; with `connection` or `warren`, "the application's connection"
+   * @default the URL's, password masked; with `connection` or `warren`, the node that connection is on (`host:port (RabbitMQ 3.10.8)`)
    */
   brokerName?: string | (() => string);
   /** The application's store: adds the retry table and the outbox. @default none */
@@ -164,23 +164,50 @@ function vhostOf(url: string): string {
   }
 }
 
-function brokerNameOf(options: ConsoleOptions, url: string): () => string {
+/** A node as the footer names it: `host:port (RabbitMQ 3.10.8)`; never a password. */
+function nodeText(address: string, server: string | undefined): string {
+  return `${address}${server ? ` (${server})` : ''}`;
+}
+
+/** The node an amqplib connection is on, from its socket and the server's properties. */
+function nodeOfModel(model: amqp.ChannelModel | undefined): string | undefined {
+  const c = model?.connection as (amqp.Connection & { stream?: { remoteAddress?: string; remotePort?: number }; serverProperties?: Record<string, unknown> }) | undefined;
+  const host = c?.stream?.remoteAddress;
+  if (!c || host === undefined) return undefined;
+  const p = c.serverProperties ?? {};
+  const server = typeof p['product'] === 'string' ? `${p['product']}${typeof p['version'] === 'string' ? ` ${p['version']}` : ''}` : undefined;
+  return nodeText(`${host.includes(':') ? `[${host}]` : host}:${c.stream?.remotePort ?? ''}`, server);
+}
+
+function brokerNameOf(options: ConsoleOptions, url: string, lastModel: () => amqp.ChannelModel | undefined): () => string {
   const given = options.brokerName;
   if (given !== undefined && typeof given !== 'string' && typeof given !== 'function') throw new InvalidOptionError('brokerName', 'expected a string or a function returning one');
-  const fallback = options.connection || options.warren ? "the application's connection" : redactUrl(url);
+  const w = options.warren;
+  // Mounted: the node the application's connection is on now (a cluster's node can change).
+  const fallback: () => string = w
+    ? () => {
+        const n = w.connection.node;
+        return n ? nodeText(n.address, n.server) : "the application's connection (not connected now)";
+      }
+    : options.connection
+      ? () => nodeOfModel(lastModel()) ?? "the application's connection (not used yet)"
+      : () => redactUrl(url);
   if (typeof given === 'function') {
     // A page is never lost to its footer: a function that fails names the broker as by default.
     return () => {
       try {
         const name = given();
-        return typeof name === 'string' && name !== '' ? redactText(name) : fallback;
+        return typeof name === 'string' && name !== '' ? redactText(name) : fallback();
       } catch {
-        return fallback;
+        return fallback();
       }
     };
   }
-  const fixed = given !== undefined ? redactText(given) : fallback;
-  return () => fixed;
+  if (given !== undefined) {
+    const fixed = redactText(given);
+    return () => fixed;
+  }
+  return fallback;
 }
 
 /** Applies defaults and checks the options once. */
@@ -194,7 +221,16 @@ export function resolveOptions(options: ConsoleOptions): ResolvedOptions {
   const url = options.url ?? process.env['WARREN_AMQP_URL'] ?? 'amqp://guest:guest@127.0.0.1:5672';
   let connection: () => Promise<amqp.ChannelModel>;
   let closeConnection: () => Promise<void> = () => Promise.resolve();
-  if (options.connection) connection = options.connection;
+  // The application's connection, as last handed to the console: the footer names its node.
+  let lastModel: amqp.ChannelModel | undefined;
+  if (options.connection) {
+    const given = options.connection;
+    connection = async () => {
+      const model = await given();
+      lastModel = model;
+      return model;
+    };
+  }
   else if (options.warren) {
     const w = options.warren;
     connection = () => w.connection.waitReady(5000);
@@ -222,7 +258,7 @@ export function resolveOptions(options: ConsoleOptions): ResolvedOptions {
     store: options.store,
     archive: options.archive,
     ingester: options.ingester ?? options.warren?.archive,
-    brokerName: brokerNameOf(options, url),
+    brokerName: brokerNameOf(options, url, () => lastModel),
     databaseName: options.databaseName !== undefined ? redactUrl(options.databaseName) : options.store ? options.store.backend : null,
     basePath,
     challenge: options.challenge,

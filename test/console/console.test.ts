@@ -86,6 +86,27 @@ describe('console in a browser', () => {
     if (UPDATE_DOC_IMAGES) copyFileSync(shot, join(DOC_IMAGES, 'console-overview.png'));
   });
 
+  it("a chart's time axis spans its samples: one sample shows a few minutes around it, not years", async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { billing: { queue: name('billing'), bindings: ['order.created'] } } }));
+    await declared(topology);
+    // One sample (taken at start), and no second one while the test runs.
+    const { url } = await serveConsole(topology, { sampleIntervalMs: 3_600_000 });
+    const { context } = await launchBrowser();
+    await context.setHTTPCredentials(operator());
+    const page = await context.newPage();
+    watched(page);
+    await page.goto(url);
+    const chart = page.locator(`[data-chart="${topology.consumer('billing').name}"]`);
+    await waitFor(async () => (await chart.getAttribute('data-x-max')) !== null, 'the chart to be drawn');
+    const min = Number(await chart.getAttribute('data-x-min'));
+    const max = Number(await chart.getAttribute('data-x-max'));
+    const now = Date.now() / 1000;
+    expect(max - min, `${min}..${max}`).toBeGreaterThanOrEqual(60);
+    expect(max - min, `${min}..${max}`).toBeLessThanOrEqual(3600);
+    expect(min).toBeLessThan(now);
+    expect(max).toBeGreaterThan(now - 3600);
+  });
+
   it('a parked group is canary-replayed, then replayed whole: each message reaches only the consumer that failed, and the parked count drops to zero', async () => {
     const topology = testTopology(({ exchange, name }) => ({
       exchange,
