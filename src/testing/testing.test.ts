@@ -1,6 +1,6 @@
 /** runDelivery and messageContext without a broker: the copy's headers, the guard, the crash-loop guard, headers too big to carry. */
 import { describe, expect, it } from 'vitest';
-import { HEADER, PermanentError, StoreUnavailableError, defineTopology, type IdempotencyGuard } from '../index.js';
+import { HEADER, PermanentError, StoreUnavailableError, WaitForConditionError, defineTopology, type IdempotencyGuard } from '../index.js';
 import { messageContext, runDelivery } from './index.js';
 
 const billing = defineTopology({ exchange: 'shop', consumers: { billing: { bindings: ['order.*'], retry: { delays: [10, 20], maxAttempts: 3 }, crashLimit: 3 } } }).consumer('billing');
@@ -58,6 +58,25 @@ describe('runDelivery', () => {
     await runDelivery(billing, (_p, ctx) => void (tx = ctx.tx), {}, { tx: 'fake-tx' });
     expect(tx).toBe('fake-tx');
     await expect(runDelivery(billing, () => undefined, { attempt: 0 })).rejects.toThrow(/attempt: 0 is not a run number/);
+  });
+});
+
+describe('runDelivery without a message-id property, asking to wait', () => {
+  const table = { insert: () => Promise.reject(new Error('runDelivery inserts nothing')), nameDependency: () => undefined };
+  const wait = () => { throw new WaitForConditionError('carrier'); };
+
+  it('reports the id messageIdFrom found, gives it to the tenant function, and logs what the consumer logs', async () => {
+    const r = await runDelivery(billing, wait, { messageId: null, headers: { 'x-request-id': 'req-7' } }, { messageIdFrom: { header: 'x-request-id' }, retryTable: { table, tenant: (_p, ctx) => `t-${ctx.messageId}` } });
+    expect(r).toMatchObject({ kind: 'waiting', messageId: 'req-7', row: { messageId: 'req-7', tenant: 't-req-7', dependency: 'carrier' } });
+    expect(r.log.map((l) => [l.level, l.message])).toEqual([['info', "message waits in the retry table for 'carrier' (WaitForConditionError: Waiting for 'carrier')"]]);
+  });
+
+  it('waits under a made-up id, with a warning, when messageIdFrom finds none', async () => {
+    const r = await runDelivery(billing, wait, { messageId: null }, { messageIdFrom: { header: 'x-request-id' }, retryTable: { table } });
+    expect(r.kind).toBe('waiting');
+    expect(r.messageId).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7/);
+    expect(r.row?.messageId).toBe(r.messageId);
+    expect(r.log[0]).toMatchObject({ level: 'warn', message: expect.stringMatching(/^messageIdFrom found no id \(the header 'x-request-id' is absent\)/), fields: { messageId: r.messageId } });
   });
 });
 
