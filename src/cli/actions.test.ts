@@ -56,7 +56,7 @@ describe('action record from the CLI', () => {
     const h = await harness(backend);
     const store = h.store();
     await store.migrate();
-    const r = await warren(['parked', 'purge', 'billing', '--error-class', 'TypeError', '--yes', '--actor', 'dave', ...dbFlags(h)], { env: p.env });
+    const r = await warren(['parked', 'purge', 'billing', '--error-class', 'TypeError', '--yes', '--actor', 'dave', '--queue', ...dbFlags(h)], { env: p.env });
     expect(r.code, r.stderr).toBe(0);
     expect(await peekIds(p.conn, p.billing.parkedQueue)).toEqual(p.ids.slice(0, 4));
     const [entry, ...rest] = await store.actions.list();

@@ -5,25 +5,17 @@
  * it cleanly.
  */
 import { writeFileSync } from 'node:fs';
-import { relative } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
 import { beforeAll, describe, expect, it, vi } from 'vitest';
 import { queueCounts, waitFor } from '../../test/helpers.js';
 import { declared, failures, publishParked } from '../park/testing/fixtures.js';
 import { ARCHIVE_STATES } from '../store/archive.js';
-import { BACKENDS, harness, type Harness } from '../store/testing/harness.js';
+import { BACKENDS, harness } from '../store/testing/harness.js';
 import type { AnyStore } from '../store/testing/spec.js';
-import { assertBuilt, ROOT, topologyModule, warren, type RunResult } from './testing/run.js';
+import { assertBuilt, dbFlags, topologyModule, warren, type RunResult } from './testing/run.js';
 
 vi.setConfig({ testTimeout: 180_000 });
 beforeAll(() => assertBuilt());
-
-/** The flags that point the CLI at a harness's tables. */
-export function dbFlags(h: Harness): string[] {
-  const s = h.spec;
-  if (s.backend === 'sqlite') return ['--db', `sqlite:${relative(ROOT, s.filename)}`, '--table-prefix', s.tablePrefix];
-  return ['--db', s.connectionString, '--schema', s.schema, '--table-prefix', s.tablePrefix];
-}
 
 /** Every archived message id of `consumer`, with how many rows each has. */
 async function archivedIds(store: AnyStore, consumer = 'billing'): Promise<Map<string, number>> {

@@ -1,7 +1,7 @@
 import { createWriteStream, type WriteStream } from 'node:fs';
 import { describeFilter, isEmptyFilter, parseFilter, type ParkedFilter } from '../../park/filter.js';
 import { parkedIdentity } from '../../park/identity.js';
-import { attemptHistory, decodeBody, groupParked, plainValue, summarize, type ParkedMessage } from '../../park/message.js';
+import { groupParked, summarize, type ParkedMessage } from '../../park/message.js';
 import { browseParked, exportParked, listParked, purgeParked, replayParked, type ParkedOperationResult, type PurgeResult, type ReplayOptions, type ReplayResult } from '../../park/operations.js';
 import type { ConsumerTopology } from '../../topology/declaration.js';
 import { filterRecord } from '../../audit/entry.js';
@@ -10,6 +10,8 @@ import { DB_FLAGS, FILTER_FLAGS, list, MAX_HELD_FLAG, positiveNumber, str, whole
 import { consumerArg, noExtraArgs, ask, type Command, type CommandContext } from '../command.js';
 import { CliError, EXIT, UsageError, type ExitCode } from '../errors.js';
 import { clip, count, plural, Progress, span, table, when, type ProgressState } from '../format.js';
+import { ARCHIVE_FILTER_FLAGS, ARCHIVE_PAGE_FLAGS, archiveExport, archiveList, archivePurge, archiveReplay, archiveResolve, archiveShow, usesArchive } from './parked-archive.js';
+import { printDetails, showJson, writer } from './parked-output.js';
 
 const FILTER_NAMES = { error: '--error', errorClass: '--error-class', since: '--since', until: '--until', messageIds: '--id', routingKey: '--routing-key', fingerprint: '--fingerprint' };
 
@@ -101,8 +103,10 @@ function printList(ctx: CommandContext, messages: readonly ParkedMessage[]): voi
 const LIST_FLAGS: FlagSpecs = {
   ...FILTER_FLAGS,
   group: { type: 'boolean', label: '--group', help: 'count the messages by failure fingerprint instead of listing them' },
-  limit: { type: 'string', label: '--limit N', help: 'list at most N matching messages, from the head' },
+  limit: { type: 'string', label: '--limit N', help: 'list at most N matching messages, from the head (with --db: a page of N rows, default 50, at most 1000; with --group, the N largest groups)' },
   ...MAX_HELD_FLAG,
+  ...ARCHIVE_FILTER_FLAGS,
+  ...ARCHIVE_PAGE_FLAGS,
 };
 
 export const parkedList: Command = {
@@ -116,6 +120,13 @@ export const parkedList: Command = {
     '',
     'With --group, counts them by failure fingerprint (error class, message with numbers,',
     'ids and quoted values masked, first stack frame), with first and last seen.',
+    '',
+    "With --db (or WARREN_DB), reads the failure archive of the application's database",
+    'instead (see docs/archive.md): every archived row, counted and grouped exactly, newest',
+    'failure first (--oldest for the other way), a page at a time (--after CURSOR), with',
+    'filters on headers (--header tenant=t4), body words (--body), park reason (--reason)',
+    'and state (--state). The parked queue\'s depth is shown beside: messages still there',
+    'are not archived yet.',
   ].join('\n'),
   flags: LIST_FLAGS,
   examples: [
@@ -124,10 +135,14 @@ export const parkedList: Command = {
     "warren parked list billing --error-class HttpError --since 2h",
     "warren parked list billing --error '/carrier (502|503)/' --routing-key 'order.*'",
     'warren parked list billing --json | jq -r ".messages[].messageId"',
+    'warren parked list billing --db postgres://ops@db.internal/shop --group',
+    "warren parked list billing --db sqlite:data/app.db --error 'tenant t4' --since 2d",
+    'warren parked list billing --db sqlite:data/app.db --header tenant=t4 --limit 100 --after 81234',
   ],
   async run(ctx) {
     noExtraArgs(ctx, 1, 'parked list');
     const c = await consumerArg(ctx, 'parked list');
+    if (usesArchive(ctx, 'parked list')) return archiveList(ctx, c);
     const options = { ...common(ctx), ...limitOf(ctx) };
     const group = ctx.values['group'] === true;
     const r = await listParked(await ctx.connection(), c, options);
@@ -160,75 +175,7 @@ export const parkedList: Command = {
 function printShow(ctx: CommandContext, c: ConsumerTopology, m: ParkedMessage, total: number): void {
   ctx.out(`Message ${m.messageId ?? '(no id)'}: position ${m.position} of ${total} in ${c.parkedQueue}`);
   ctx.out();
-  ctx.out('Failure');
-  const failure: Array<[string, string]> = [
-    ['error class', m.errorClass ?? '-'],
-    ['message', m.errorMessage ?? '-'],
-    ['reason', m.reason ?? '-'],
-    ['attempts', m.attempts === undefined ? '-' : String(m.attempts)],
-    ['first failed', when(m.firstFailedAt)],
-    ['last failed', when(m.lastFailedAt)],
-    ['parked at', when(m.parkedAt)],
-    ['fingerprint', m.fingerprint],
-  ];
-  for (const [k, v] of failure) ctx.out(`  ${`${k}:`.padEnd(14)}${v.replace(/\n/g, '\n' + ' '.repeat(16))}`);
-  if (m.errorStack) {
-    ctx.out('  stack:');
-    for (const frame of m.errorStack.split('\n')) ctx.out(`    ${frame}`);
-  }
-  ctx.out();
-  ctx.out('Attempt history');
-  const history = attemptHistory(m);
-  if (history.length === 0) ctx.out('  (no failure recorded in the headers)');
-  for (const h of history) ctx.out(`  ${h.at ? when(h.at) : '(time unknown)'.padEnd(20)}  ${h.detail}`);
-  ctx.out();
-  ctx.out('Routing');
-  ctx.out(`  exchange:     ${m.exchange ?? '-'}`);
-  ctx.out(`  routing key:  ${m.routingKey}`);
-  ctx.out(`  consumer:     ${m.consumer ?? '-'}`);
-  ctx.out(`  replays:      ${m.replays}${m.replayedAt ? ` (last ${when(m.replayedAt)})` : ''}`);
-  ctx.out();
-  ctx.out('Properties');
-  const { headers: _h, ...props } = m.properties;
-  for (const [k, v] of Object.entries(props)) {
-    if (v === undefined || v === null) continue;
-    const stamp = k === 'timestamp' && typeof v === 'number' ? ` (${when(new Date(v * 1000))})` : '';
-    ctx.out(`  ${k}: ${JSON.stringify(plainValue(v))}${stamp}`);
-  }
-  ctx.out();
-  ctx.out('Headers');
-  for (const [k, v] of Object.entries(m.headers).sort(([a], [b]) => a.localeCompare(b))) {
-    const value = plainValue(v);
-    ctx.out(`  ${k}: ${typeof value === 'string' ? value.replace(/\n/g, '\n    ') : JSON.stringify(value)}`);
-  }
-  ctx.out();
-  const body = decodeBody(m.content);
-  if (body.kind === 'json') {
-    ctx.out(`Body (JSON, ${plural(m.content.length, 'byte')})`);
-    ctx.out(JSON.stringify(body.value, null, 2));
-  } else if (body.kind === 'text') {
-    ctx.out(`Body (text, ${plural(m.content.length, 'byte')})`);
-    ctx.out(body.text);
-  } else {
-    ctx.out(`Body (binary, ${plural(body.bytes, 'byte')}, base64)`);
-    ctx.out(body.base64);
-  }
-}
-
-function showJson(m: ParkedMessage) {
-  const body = decodeBody(m.content);
-  const { headers: _h, ...props } = m.properties;
-  return {
-    ...summarize(m),
-    consumer: m.consumer ?? null,
-    failure: { errorClass: m.errorClass ?? null, message: m.errorMessage ?? null, stack: m.errorStack ?? null, reason: m.reason ?? null, attempts: m.attempts ?? null, firstFailedAt: m.firstFailedAt?.toISOString() ?? null, lastFailedAt: m.lastFailedAt?.toISOString() ?? null, parkedAt: m.parkedAt?.toISOString() ?? null },
-    history: attemptHistory(m).map((h) => ({ at: h.at?.toISOString() ?? null, event: h.event, detail: h.detail })),
-    properties: plainValue(Object.fromEntries(Object.entries(props).filter(([, v]) => v !== undefined && v !== null))),
-    headers: plainValue(m.headers),
-    body: body.kind === 'json' ? body.value : body.kind === 'text' ? body.text : null,
-    bodyEncoding: body.kind === 'binary' ? 'base64' : body.kind,
-    ...(body.kind === 'binary' ? { bodyBase64: body.base64 } : {}),
-  };
+  printDetails(ctx, m);
 }
 
 export const parkedShow: Command = {
@@ -241,13 +188,24 @@ export const parkedShow: Command = {
     'parking, earlier replays), routing, properties, every header, and the body (JSON',
     'pretty-printed). ID is the message id, or #N for the message at position N (as',
     '`parked list` numbers them), for messages without an id. Nothing is removed.',
+    '',
+    'With --db (or WARREN_DB), from the archive: the newest parking of the message id (or',
+    'the row of --row N) in full, and its timeline over every parking at this consumer:',
+    'parked (why, after which attempt), replayed (when, by whom), parked again, resolved.',
   ].join('\n'),
-  flags: { ...MAX_HELD_FLAG },
-  examples: ['warren parked show billing 0190a1b2-7c3d-7000-8000-00000000002a', 'warren parked show billing "#3"', 'warren parked show billing 0190a1b2-7c3d-7000-8000-00000000002a --json | jq .body'],
+  flags: { ...MAX_HELD_FLAG, ...DB_FLAGS, queue: ARCHIVE_FILTER_FLAGS.queue, row: { type: 'string', multiple: true, label: '--row ID', help: 'with --db: the archive row to show, instead of a message ID' } },
+  examples: [
+    'warren parked show billing 0190a1b2-7c3d-7000-8000-00000000002a',
+    'warren parked show billing "#3"',
+    'warren parked show billing 0190a1b2-7c3d-7000-8000-00000000002a --json | jq .body',
+    'warren parked show billing 0190a1b2-7c3d-7000-8000-00000000002a --db postgres://ops@db.internal/shop',
+    'warren parked show billing --row 81234 --db sqlite:data/app.db',
+  ],
   async run(ctx) {
     noExtraArgs(ctx, 2, 'parked show');
     const c = await consumerArg(ctx, 'parked show');
     const id = ctx.args[1];
+    if (usesArchive(ctx, 'parked show')) return archiveShow(ctx, c, id);
     if (id === undefined || id === '') throw new UsageError('`warren parked show` needs an ID: a message id, or #N for position N (see `warren parked list`).');
     const position = /^#(\d+)$/.exec(id);
     const at = position ? Number(position[1]) : undefined;
@@ -292,7 +250,8 @@ const REPLAY_FLAGS: FlagSpecs = {
   ...MAX_HELD_FLAG,
   ...ACTOR_FLAG,
   ...AUDIT_FILE_FLAG,
-  ...DB_FLAGS,
+  ...ARCHIVE_FILTER_FLAGS,
+  force: { type: 'boolean', label: '--force', help: 'with --db: replay rows whose message the consumer has handled since (its idempotency marker exists) too' },
 };
 
 export const parkedReplay: Command = {
@@ -313,6 +272,12 @@ export const parkedReplay: Command = {
     'The replay is recorded (who, when, which filter, how many) in the action record of',
     'the database of --db (or WARREN_DB), or as a JSON line in --audit-file; with neither,',
     'it is not recorded. A dry run is never recorded.',
+    '',
+    'With --db (or WARREN_DB), replays archive rows instead (see docs/archive.md): each copy',
+    'confirmed by the broker, then its row marked replayed; stopped or killed, no row is',
+    'lost and each is sent at most once more. A row whose message id the consumer has',
+    'handled since (its idempotency marker exists) is not sent: it is reported as already',
+    'done and resolved, unless --force. --queue replays from the queue and records in --db.',
   ].join('\n'),
   flags: REPLAY_FLAGS,
   examples: [
@@ -321,11 +286,14 @@ export const parkedReplay: Command = {
     'warren parked replay billing --error-class HttpError --since 1h --rate 50',
     'warren parked replay billing --id 0190a1b2-7c3d-7000-8000-00000000002a',
     'warren parked replay billing --limit 100 --json',
-    'warren parked replay billing --fingerprint "HttpError: carrier <n> down @ send (carrier.js)" --db sqlite:data/app.db --actor alice',
+    'warren parked replay billing --fingerprint "HttpError: carrier <n> down @ send (carrier.js)" --queue --db sqlite:data/app.db --actor alice',
+    'warren parked replay billing --db postgres://ops@db.internal/shop --header tenant=t4 --since 2d --rate 100',
+    'warren parked replay billing --db sqlite:data/app.db --row 81234,81235 --force',
   ],
   async run(ctx) {
     noExtraArgs(ctx, 1, 'parked replay');
     const c = await consumerArg(ctx, 'parked replay');
+    if (usesArchive(ctx, 'parked replay')) return archiveReplay(ctx, c);
     const options = { ...common(ctx), ...limitOf(ctx) };
     const rate = positiveNumber(ctx.values, 'rate', 100_000);
     const dryRun = ctx.values['dry-run'] === true;
@@ -407,7 +375,7 @@ const PURGE_FLAGS: FlagSpecs = {
   ...MAX_HELD_FLAG,
   ...ACTOR_FLAG,
   ...AUDIT_FILE_FLAG,
-  ...DB_FLAGS,
+  ...ARCHIVE_FILTER_FLAGS,
 };
 
 export const parkedPurge: Command = {
@@ -424,12 +392,20 @@ export const parkedPurge: Command = {
     '',
     'The purge is recorded (who, when, which filter, how many) in the action record of',
     'the database of --db (or WARREN_DB), or as a JSON line in --audit-file.',
+    '',
+    'With --db (or WARREN_DB), deletes archive rows instead: those counted, never a row',
+    'archived meanwhile. --queue purges the queue and records in --db.',
   ].join('\n'),
   flags: PURGE_FLAGS,
-  examples: ['warren parked purge billing --error-class ValidationError', 'warren parked export billing --until 7d -o old.jsonl && warren parked purge billing --until 7d --yes'],
+  examples: [
+    'warren parked purge billing --error-class ValidationError',
+    'warren parked export billing --until 7d -o old.jsonl && warren parked purge billing --until 7d --yes',
+    'warren parked purge billing --db sqlite:data/app.db --state resolved --until 30d --yes',
+  ],
   async run(ctx) {
     noExtraArgs(ctx, 1, 'parked purge');
     const c = await consumerArg(ctx, 'parked purge');
+    if (usesArchive(ctx, 'parked purge')) return archivePurge(ctx, c);
     const options = { ...common(ctx), ...limitOf(ctx) };
     const actor = actorOf(ctx);
     const conn = await ctx.connection();
@@ -485,33 +461,8 @@ const EXPORT_FLAGS: FlagSpecs = {
   output: { type: 'string', short: 'o', label: '--output FILE, -o FILE', help: 'write to FILE instead of stdout (replaced if it exists)' },
   limit: { type: 'string', label: '--limit N', help: 'export at most N matching messages, from the head' },
   ...MAX_HELD_FLAG,
+  ...ARCHIVE_FILTER_FLAGS,
 };
-
-/** Writes to a stream, waiting when its buffer is full; fails on a write error. */
-function writer(stream: NodeJS.WritableStream): { write(line: string): Promise<void>; error(): Error | undefined } {
-  let failure: Error | undefined;
-  stream.on('error', (e: Error) => {
-    failure ??= e;
-  });
-  return {
-    async write(line: string) {
-      if (failure) throw failure;
-      if (!stream.write(line)) {
-        await new Promise<void>((resolve) => {
-          const done = () => {
-            stream.off('drain', done);
-            stream.off('error', done);
-            resolve();
-          };
-          stream.on('drain', done);
-          stream.on('error', done);
-        });
-      }
-      if (failure) throw failure;
-    },
-    error: () => failure,
-  };
-}
 
 export const parkedExport: Command = {
   path: ['parked', 'export'],
@@ -522,12 +473,21 @@ export const parkedExport: Command = {
     'message per line, in queue order: id, routing, the failure, properties, every header',
     'and the body (parsed when it is JSON, text when UTF-8, else base64 in bodyBase64).',
     'Nothing is removed. The summary goes to stderr.',
+    '',
+    'With --db (or WARREN_DB), exports archive rows, oldest failure first, each with its',
+    'row id, state and replay and resolution columns.',
   ].join('\n'),
   flags: EXPORT_FLAGS,
-  examples: ['warren parked export billing > billing-parked.jsonl', 'warren parked export billing --error-class HttpError -o http-errors.jsonl', "warren parked export billing | jq -c '{id: .messageId, error: .failure.message}'"],
+  examples: [
+    'warren parked export billing > billing-parked.jsonl',
+    'warren parked export billing --error-class HttpError -o http-errors.jsonl',
+    "warren parked export billing | jq -c '{id: .messageId, error: .failure.message}'",
+    'warren parked export billing --db sqlite:data/app.db --header tenant=t4 -o t4.jsonl',
+  ],
   async run(ctx) {
     noExtraArgs(ctx, 1, 'parked export');
     const c = await consumerArg(ctx, 'parked export');
+    if (usesArchive(ctx, 'parked export')) return archiveExport(ctx, c);
     const options = { ...common(ctx), ...limitOf(ctx) };
     const file = str(ctx.values, 'output');
     const conn = await ctx.connection();
@@ -564,5 +524,47 @@ export const parkedExport: Command = {
     else ctx.err(`Exported ${plural(r.matched, 'parked message')} of ${c.name} to ${where}.`);
     for (const line of coverage(r)) ctx.err(line);
     return r.stopReason === 'aborted' ? EXIT.interrupted : EXIT.ok;
+  },
+};
+
+const { reason: _parkReason, queue: _queue, ...RESOLVE_FILTER_FLAGS } = ARCHIVE_FILTER_FLAGS;
+
+export const parkedResolve: Command = {
+  path: ['parked', 'resolve'],
+  usage: 'CONSUMER',
+  summary: 'mark archived failures as needing nothing more, with a reason (--db)',
+  description: [
+    'Resolves archived failures of CONSUMER: one (--row N), a selection (--row N,M, a',
+    'message --id), a group (--fingerprint, as `parked list --db --group` prints it), or',
+    'everything the filters match. They are no longer open: the parked signal and',
+    '`warren status` stop counting them, and they stay in the archive (with who, when and',
+    'the reason) until retention or a purge removes them. Only rows that existed when the',
+    'command counted them are resolved.',
+    '',
+    'Resolving every open failure of a consumer (no filter) asks first; --yes does not ask,',
+    'and is required when stdin is not a terminal. The action is recorded in the action',
+    "record of the database, or in --audit-file. The park-reason filter is --parked-reason",
+    'here, as --reason is the resolution\'s.',
+  ].join('\n'),
+  flags: {
+    ...FILTER_FLAGS,
+    ...RESOLVE_FILTER_FLAGS,
+    reason: { type: 'string', label: '--reason TEXT', help: 'why these failures need nothing more (required; at most 1000 characters)' },
+    'parked-reason': { type: 'string', label: '--parked-reason NAME', help: 'only failures parked for this reason: max-attempts, permanent, delivery_limit, …' },
+    limit: { type: 'string', label: '--limit N', help: 'resolve at most N matching rows' },
+    yes: { type: 'boolean', short: 'y', label: '--yes, -y', help: 'do not ask when resolving every open failure of the consumer' },
+    ...ACTOR_FLAG,
+    ...AUDIT_FILE_FLAG,
+  },
+  examples: [
+    "warren parked resolve billing --db sqlite:data/app.db --row 81234 --reason 'refunded by hand'",
+    "warren parked resolve billing --db postgres://ops@db.internal/shop --fingerprint 'ValidationError: …' --reason 'bad input from the old app; fixed in 2.4'",
+    "warren parked resolve billing --db $WARREN_DB --header tenant=t9 --reason 'tenant deleted' --actor alice",
+  ],
+  async run(ctx) {
+    noExtraArgs(ctx, 1, 'parked resolve');
+    const c = await consumerArg(ctx, 'parked resolve');
+    if (str(ctx.values, 'db') === undefined && (ctx.io.env['WARREN_DB'] ?? '').trim() === '') throw new UsageError('`warren parked resolve` works on the archive: give --db URL (or WARREN_DB), the database the application\'s store uses.');
+    return archiveResolve(ctx, c);
   },
 };

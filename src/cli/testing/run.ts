@@ -3,8 +3,9 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { Harness } from '../../store/testing/harness.js';
 import type { Topology, TopologyOptions } from '../../topology/declaration.js';
 import { AMQP_URL, MGMT_URL, onTeardown, testTopology } from '../../../test/helpers.js';
 
@@ -91,4 +92,11 @@ export async function topologyModule(build: Parameters<typeof testTopology>[0]):
   const path = join(dir, 'topology.mjs');
   await writeFile(path, `// written by a warren CLI test\nexport default ${JSON.stringify(options, null, 2)};\n`);
   return { topology, path, env: { WARREN_TOPOLOGY: path } };
+}
+
+/** The flags that point the CLI at a store test harness's tables; the SQLite file relative to the CLI's directory. */
+export function dbFlags(h: Harness): string[] {
+  const s = h.spec;
+  if (s.backend === 'sqlite') return ['--db', `sqlite:${relative(ROOT, s.filename)}`, '--table-prefix', s.tablePrefix];
+  return ['--db', s.connectionString, '--schema', s.schema, '--table-prefix', s.tablePrefix];
 }
