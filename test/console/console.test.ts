@@ -2,6 +2,7 @@
 // API, a parked group is canary-replayed and then replayed whole to its own consumer only,
 // hostile text stays text, and the console refuses what it must refuse.
 import { spawn } from 'node:child_process';
+import { createServer as createHttpServer } from 'node:http';
 import { createServer, type AddressInfo } from 'node:net';
 import { createInterface } from 'node:readline';
 import { copyFileSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -16,6 +17,7 @@ import { declared, fastConnection, peekIds, publishParked } from '../../src/park
 import { allowErrors, launchBrowser, screenshot, watchErrors } from '../browser.js';
 import { AMQP_URL, connectWarren, MGMT_URL, onTeardown, testTopology, waitFor } from '../helpers.js';
 import type { Topology } from '../../src/topology/declaration.js';
+import { memoryActionLog } from '../../src/console/index.js';
 import { managementConsumers, managementDepth, operator, OPERATOR_TOKEN, serveConsole, viewer } from './harness.js';
 
 // Chromium's start and a page's first paint take seconds on a loaded two-core machine.
@@ -194,6 +196,53 @@ describe('console in a browser', () => {
       expect(await page.locator('img[src="x"]').count()).toBe(0);
       await screenshot(page, path === 'parked/billing' ? 'console-hostile-list' : 'console-hostile-message');
     }
+  });
+
+  it("another site's page (on 127.0.0.2) gets nothing from a console open to anyone on loopback: its <img>s and no-cors fetches are refused before any work", async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { billing: { queue: name('billing'), bindings: ['order.*'] } } }));
+    const conn = await declared(topology);
+    const billing = topology.consumer('billing');
+    await publishParked(conn, topology, billing, [{ errorClass: 'HttpError' }, { errorClass: 'HttpError' }]);
+    const log = memoryActionLog();
+    // As warren console on loopback without an auth method: anyone who reaches it is an operator.
+    const { url } = await serveConsole(topology, { authorize: () => ({ user: 'local', role: 'operator' }), actionLog: log });
+    const target = `${url}parked/${encodeURIComponent(billing.name)}`;
+    const attacker = createHttpServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/html' });
+      res.end(`<!doctype html><title>cute cats</title>
+<img src="${target}"><img src="${target}/export"><img src="${target}?error=%2F%5E(a%2B)%2B%24%2F">
+<script>fetch(${JSON.stringify(`${target}/export`)}, { method: 'POST', mode: 'no-cors', credentials: 'include', body: new URLSearchParams({ scope: 'filter' }) }).catch(() => {}).then(() => { document.title = 'done'; });</script>`);
+    });
+    await new Promise<void>((r) => attacker.listen(0, '127.0.0.2', () => r()));
+    onTeardown(() => new Promise<void>((r) => {
+      attacker.closeAllConnections();
+      attacker.close(() => r());
+    }));
+    const { context } = await launchBrowser();
+    const page = await context.newPage();
+    watched(page);
+    allowErrors(page, /Failed to load resource|403/);
+    // Chromium blocks an image's text answer before the page sees it (ORB): what was asked is counted apart.
+    const asked: string[] = [];
+    page.on('request', (r) => {
+      if (r.url().startsWith(url)) asked.push(r.url());
+    });
+    const answers: { url: string; status: number }[] = [];
+    page.on('response', (r) => {
+      if (r.url().startsWith(url)) answers.push({ url: r.url(), status: r.status() });
+    });
+    await page.goto(`http://127.0.0.2:${(attacker.address() as AddressInfo).port}/`);
+    await page.waitForFunction(() => (globalThis as unknown as { document: { title: string } }).document.title === 'done');
+    await page.waitForLoadState('load');
+    expect(asked.length, JSON.stringify(asked)).toBe(4);
+    expect(answers.filter((a) => a.status !== 403), JSON.stringify(answers)).toEqual([]);
+    expect(await log.list({ limit: 10 })).toEqual([]);
+    // Nothing read the parked queue: its first message was never delivered.
+    const ch = await conn.createChannel();
+    const first = await ch.get(billing.parkedQueue, { noAck: false });
+    expect(first && first.fields.redelivered).toBe(false);
+    if (first) ch.nack(first, false, true);
+    await ch.close();
   });
 
   it('refuses a POST without the CSRF token, and a viewer cannot replay', async () => {
