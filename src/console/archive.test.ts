@@ -152,6 +152,13 @@ describe.each(BACKENDS)('console with an archive: %s', (backend) => {
     const viewer = await get(ops, '/parked/billing', VIEWER);
     expect(viewer.status).toBe(200);
     expect(viewer.text).not.toMatch(/data-action="(replay|resolve|purge|canary)/);
+    // ... and may export what a filter matches, from the archive, as JSON lines.
+    const exported = await post(ops, '/parked/billing/export', { header: 'tenant=t2', body: 'fragile' }, { user: VIEWER, csrf: await csrfOf(ops, VIEWER) });
+    expect(exported.status).toBe(200);
+    expect(exported.text).not.toBe('');
+    const lines = exported.text.trim().split('\n').map((l) => JSON.parse(l) as { messageId: string; rowId: string; state: string });
+    expect(lines.map((l) => l.messageId).sort()).toEqual(expected((_s, i) => i % 4 === 2 && i % 10 === 0));
+    expect(lines.every((l) => l.state === 'open' && /^\d+$/.test(l.rowId))).toBe(true);
   });
 
   it('replays one row, a selection, a group and a filter, paced and stopped; canaries, resolves and purges by id; each recorded; the message page shows the history', async () => {
