@@ -299,6 +299,8 @@ describe.each(BACKENDS)('console with an archive: %s', (backend) => {
     const billing = () => o.consumers.find((c) => c.name === 'billing');
     expect(billing()).toMatchObject({ openFailures: 33, archive: { open: 30 }, parked: { depth: 3 } });
     expect(o.problems.filter((p) => p.kind === 'parked').map((p) => p.message)).toEqual(['33 open failures (30 in the archive, 3 still in ' + topology.consumer('billing').parkedQueue + "); see the console's parked page"]);
+    // The chart's parked line is the same signal.
+    await waitFor(async () => (JSON.parse((await get(ops, '/api/history')).text) as Record<string, { parked: (number | null)[] }>)['billing']?.parked.at(-1) === 33, 'a sample of the parked signal');
     const html = await get(ops, '/');
     expect(html.text).toMatch(/<tr data-consumer="billing">[\s\S]*?data-field="parked" title="30 open in the archive, 3 in [^"]*">33</);
 

@@ -177,6 +177,11 @@ export class ConsoleData {
           s.redelivered = q.redelivered ?? null;
         } else if (q.role === 'parked') s.parked = depthOf(q);
       }
+      // With an archive, the chart's parked line is the parked signal: open failures in the archive plus the queue's.
+      const archived = await this.readArchive();
+      if (archived !== undefined) {
+        for (const [name, s] of perConsumer) s.parked = 'error' in archived ? null : ((archived as Map<string, ArchiveCounts>).get(name)?.open ?? 0) + (s.parked ?? 0);
+      }
       const last = this.ring.at(-1);
       // Two readings served from one cached snapshot are one sample.
       if (last && last.t === snap.at) return;
