@@ -127,6 +127,20 @@ export class SqliteArchive<DB extends SqliteDatabase> implements ArchiveStore {
     return new Sql(this.t.archiveHeaders, this.t.archiveSearch);
   }
 
+  /**
+   * The archive table of a filter's statement, with the index it must use where SQLite's
+   * planner, which has no statistics, would choose another: without them it takes the
+   * consumer's time index (consumer, failed_at, id) for any filter, as it gives the order
+   * without sorting, and reads every row of the consumer for a few row ids or message
+   * ids. Rows by id are read by their primary key (NOT INDEXED still allows it), rows by
+   * message id by the message index.
+   */
+  private from(filter: ArchiveFilter): string {
+    if (filter.ids !== undefined && filter.ids.length > 0) return `${this.t.archive} a NOT INDEXED`;
+    if (filter.messageIds !== undefined && filter.messageIds.length > 0) return `${this.t.archive} a INDEXED BY ${this.t.archive.replace(/archive"$/, 'archive_message"')}`;
+    return `${this.t.archive} a`;
+  }
+
   private read<R>(body: (db: DB) => R, doing: string): Promise<R> {
     return this.store.read((db) => {
       registerFunctions(db);
@@ -248,7 +262,7 @@ export class SqliteArchive<DB extends SqliteDatabase> implements ArchiveStore {
       const q = this.sql();
       const where = whereOf(query.filter, q);
       const k = keyset(query.order ?? 'newest', query.after, q);
-      const rows = this.all<SummaryRow>(db, q, `SELECT ${summaryColumns('a')} FROM ${this.t.archive} a WHERE ${where}${k.where} ORDER BY ${k.orderBy} LIMIT ?`, limit + 1).map(toSummary);
+      const rows = this.all<SummaryRow>(db, q, `SELECT ${summaryColumns('a')} FROM ${this.from(query.filter)} WHERE ${where}${k.where} ORDER BY ${k.orderBy} LIMIT ?`, limit + 1).map(toSummary);
       const more = rows.length > limit;
       if (more) rows.pop();
       return { rows, next: more ? cursorOf(rows[rows.length - 1] as ArchiveSummary) : undefined };
@@ -264,7 +278,7 @@ export class SqliteArchive<DB extends SqliteDatabase> implements ArchiveStore {
       }
       const q = this.sql();
       const where = whereOf(filter, q);
-      return Number(this.all<{ n: number }>(db, q, `SELECT count(*) AS n FROM ${this.t.archive} a WHERE ${where}`)[0]?.n ?? 0);
+      return Number(this.all<{ n: number }>(db, q, `SELECT count(*) AS n FROM ${this.from(filter)} WHERE ${where}`)[0]?.n ?? 0);
     }, 'count archived messages');
   }
 
@@ -289,15 +303,15 @@ export class SqliteArchive<DB extends SqliteDatabase> implements ArchiveStore {
         q,
         `SELECT fingerprint, n, first_at, last_at, error_class, (SELECT error_message FROM ${this.t.archive} WHERE id = s.sample_id) AS sample_message, sample_id FROM (
            SELECT a.fingerprint AS fingerprint, count(*) AS n, min(a.failed_at) AS first_at, max(a.failed_at) AS last_at, max(a.error_class) AS error_class, max(a.id) AS sample_id
-           FROM ${this.t.archive} a WHERE ${where} GROUP BY a.fingerprint) s ORDER BY n DESC, first_at ASC LIMIT ?`,
+           FROM ${this.from(filter)} WHERE ${where} GROUP BY a.fingerprint) s ORDER BY n DESC, first_at ASC LIMIT ?`,
         n,
       );
       return rows.map(toGroup);
     }, 'group archived messages');
   }
 
-  private fullRecords(db: DB, where: string, params: readonly unknown[], tail: string): ArchiveRecord[] {
-    const rows = db.prepare(`SELECT ${summaryColumns('a')}, p.error_stack, p.headers, p.properties, p.body, p.body_text FROM ${this.t.archive} a JOIN ${this.t.archivePayload} p ON p.id = a.id WHERE ${where} ${tail}`).all(...params) as Array<SummaryRow & PayloadRow>;
+  private fullRecords(db: DB, where: string, params: readonly unknown[], tail: string, from = `${this.t.archive} a`): ArchiveRecord[] {
+    const rows = db.prepare(`SELECT ${summaryColumns('a')}, p.error_stack, p.headers, p.properties, p.body, p.body_text FROM ${from} JOIN ${this.t.archivePayload} p ON p.id = a.id WHERE ${where} ${tail}`).all(...params) as Array<SummaryRow & PayloadRow>;
     return rows.map(toRecord);
   }
 
@@ -313,7 +327,7 @@ export class SqliteArchive<DB extends SqliteDatabase> implements ArchiveStore {
       const where = whereOf(filter, q);
       const k = keyset('oldest', after, q);
       try {
-        const rows = this.fullRecords(db, `${where}${k.where}`, q.params, `ORDER BY ${k.orderBy} LIMIT ${n}`);
+        const rows = this.fullRecords(db, `${where}${k.where}`, q.params, `ORDER BY ${k.orderBy} LIMIT ${n}`, this.from(filter));
         return { rows, next: rows.length === n ? cursorOf(rows[rows.length - 1] as ArchiveRecord) : undefined };
       } finally {
         q.done();
@@ -324,7 +338,7 @@ export class SqliteArchive<DB extends SqliteDatabase> implements ArchiveStore {
   async history(consumer: string, messageId: string, limit: number): Promise<ArchiveSummary[]> {
     const n = pageLimit(limit);
     return this.read(
-      (db) => (db.prepare(`SELECT ${summaryColumns('a')} FROM ${this.t.archive} a WHERE a.consumer = ? AND a.message_id = ? ORDER BY a.failed_at, a.id LIMIT ?`).all(consumer, messageId, n) as SummaryRow[]).map(toSummary),
+      (db) => (db.prepare(`SELECT ${summaryColumns('a')} FROM ${this.from({ consumer, messageIds: [messageId] })} WHERE a.consumer = ? AND a.message_id = ? ORDER BY a.failed_at, a.id LIMIT ?`).all(consumer, messageId, n) as SummaryRow[]).map(toSummary),
       'read a message history',
     );
   }
@@ -358,7 +372,7 @@ export class SqliteArchive<DB extends SqliteDatabase> implements ArchiveStore {
       const where = whereOf(filter, q);
       const k = keyset('oldest', options.after, q);
       // The cursor moves past held rows too: a claim never waits for another's.
-      const seen = this.all<{ id: number | bigint; failed_at: number; free: number }>(db, q, `SELECT a.id, a.failed_at, (a.claim_until IS NULL OR a.claim_until < ${free_}) AS free FROM ${this.t.archive} a WHERE ${where}${k.where} ORDER BY ${k.orderBy} LIMIT ?`, n);
+      const seen = this.all<{ id: number | bigint; failed_at: number; free: number }>(db, q, `SELECT a.id, a.failed_at, (a.claim_until IS NULL OR a.claim_until < ${free_}) AS free FROM ${this.from(filter)} WHERE ${where}${k.where} ORDER BY ${k.orderBy} LIMIT ?`, n);
       const free = seen.filter((r) => Number(r.free) === 1).map((r) => Number(r.id));
       const last = seen[seen.length - 1];
       const next = seen.length === n && last !== undefined ? cursorOf({ failedAt: new Date(Number(last.failed_at)), id: String(last.id) }) : undefined;
@@ -385,7 +399,7 @@ export class SqliteArchive<DB extends SqliteDatabase> implements ArchiveStore {
   private selectFree(db: DB, filter: ArchiveFilter, limit: number, extra = ''): RowInfo[] {
     const q = this.sql();
     const where = whereOf(filter, q);
-    return this.all<RowInfo>(db, q, `SELECT ${INFO} FROM ${this.t.archive} a WHERE ${where}${extra} AND (a.claim_until IS NULL OR a.claim_until < ?) ORDER BY a.failed_at, a.id LIMIT ?`, Date.now(), limit);
+    return this.all<RowInfo>(db, q, `SELECT ${INFO} FROM ${this.from(filter)} WHERE ${where}${extra} AND (a.claim_until IS NULL OR a.claim_until < ?) ORDER BY a.failed_at, a.id LIMIT ?`, Date.now(), limit);
   }
 
   async resolve(filter: ArchiveFilter, mark: ArchiveResolveMark, limit: number): Promise<number> {
