@@ -16,16 +16,16 @@ describe.each(BACKENDS)('store contract: %s', (backend) => {
     it('applies the schema once; running again changes nothing', async () => {
       const h = await harness(backend);
       const store = h.store();
-      expect(await store.migrate()).toEqual({ applied: [1, 2, 3, 4], version: 4 });
-      expect(await store.migrate()).toEqual({ applied: [], version: 4 });
-      expect(await h.store().migrate()).toEqual({ applied: [], version: 4 });
+      expect(await store.migrate()).toEqual({ applied: [1, 2, 3, 4, 5], version: 5 });
+      expect(await store.migrate()).toEqual({ applied: [], version: 5 });
+      expect(await h.store().migrate()).toEqual({ applied: [], version: 5 });
     });
 
     it('is safe when two stores migrate at the same moment: one applies, the other finds it done', async () => {
       const h = await harness(backend);
       const reports = await Promise.all([h.store().migrate(), h.store().migrate(), h.store().migrate()]);
-      expect(reports.flatMap((r) => r.applied)).toEqual([1, 2, 3, 4]);
-      expect(reports.every((r) => r.version === 4)).toBe(true);
+      expect(reports.flatMap((r) => r.applied)).toEqual([1, 2, 3, 4, 5]);
+      expect(reports.every((r) => r.version === 5)).toBe(true);
     });
 
     it('is safe when two processes start at the same moment', async () => {
@@ -34,8 +34,8 @@ describe.each(BACKENDS)('store contract: %s', (backend) => {
       const children = [spawnChild(env), spawnChild(env)];
       const lines = await Promise.all(children.map((c) => c.line('migrated ')));
       const reports = lines.map((l) => JSON.parse(l.slice('migrated '.length)) as { applied: number[]; version: number });
-      expect(reports.flatMap((r) => r.applied)).toEqual([1, 2, 3, 4]);
-      expect(reports.map((r) => r.version)).toEqual([4, 4]);
+      expect(reports.flatMap((r) => r.applied)).toEqual([1, 2, 3, 4, 5]);
+      expect(reports.map((r) => r.version)).toEqual([5, 5]);
       expect(await Promise.all(children.map((c) => c.exited))).toEqual([0, 0]);
     });
 
@@ -49,7 +49,7 @@ describe.each(BACKENDS)('store contract: %s', (backend) => {
       expect(store.tables.retry).toContain(`${p}retry`);
       expect(store.tables.archive).toContain(`${p}archive`);
       const count = await store.transaction((tx) => exec(h.spec, tx, `SELECT count(*) AS n FROM ${store.tables.migrations}`));
-      expect(Number((count[0] as { n: number }).n)).toBe(4);
+      expect(Number((count[0] as { n: number }).n)).toBe(5);
       // Every archive table is there, under the prefix.
       for (const t of [store.tables.archive, store.tables.archivePayload, store.tables.archiveHeaders, store.tables.archiveGroups]) {
         expect(await store.transaction((tx) => exec(h.spec, tx, `SELECT count(*) AS n FROM ${t}`))).toEqual([{ n: backend === 'sqlite' ? 0 : '0' }]);
@@ -70,7 +70,7 @@ describe.each(BACKENDS)('store contract: %s', (backend) => {
       });
       await old.close();
       const store = h.store();
-      expect(await store.migrate()).toEqual({ applied: [2, 3, 4], version: 4 });
+      expect(await store.migrate()).toEqual({ applied: [2, 3, 4, 5], version: 5 });
       expect((await store.outbox.lag()).pending).toBe(1);
       expect(await store.retryTable.count()).toBe(0);
     });

@@ -188,6 +188,14 @@ export const MIGRATIONS: readonly Migration[] = [
       `CREATE VIRTUAL TABLE ${t.archiveSearch} USING fts5(body, content='', contentless_delete=1)`,
     ],
   },
+  {
+    version: 5,
+    name: 'archive pages by state',
+    // A page of one state (the open failures, what lists show) in failure-time order,
+    // read from the index in that order: with the state outside the time index, the
+    // planner took the group index and sorted every open row of the consumer for a page.
+    statements: (t, p) => [`CREATE INDEX "${p}archive_state_time" ON ${t.archive} (consumer, state, failed_at, id)`],
+  },
 ];
 
 /** The newest version this code knows. */
