@@ -2,8 +2,13 @@
 import { InvalidOptionError } from '../errors.js';
 import type { ParkedFilter } from '../park/filter.js';
 
-/** How an action ended. `partial`: it stopped before doing all it was asked (interrupted, a limit, a move refused). */
-export type ActionOutcome = 'ok' | 'partial' | 'failed';
+/**
+ * How an action ended. `partial`: it stopped before doing all it was asked (interrupted, a
+ * limit, a move refused). `started`: the record an action writes before it does anything
+ * (the console's actions), followed by one with how it ended; a `started` record with no
+ * end after it is an action that was cut short (its process killed).
+ */
+export type ActionOutcome = 'started' | 'ok' | 'partial' | 'failed';
 
 /** One operator action, as given to {@link ActionLog.record}. */
 export interface ActionEntry {
@@ -52,7 +57,7 @@ export interface ActionLog {
 }
 
 const ACTION = /^[a-z][a-z0-9-]*(?:\.[a-z][a-z0-9-]*)*$/;
-const OUTCOMES: ReadonlySet<string> = new Set(['ok', 'partial', 'failed']);
+const OUTCOMES: ReadonlySet<string> = new Set(['started', 'ok', 'partial', 'failed']);
 const MAX_DETAIL_JSON = 65_536;
 
 /** An entry checked and made whole (time set, optional fields dropped when absent). Pure but for the default time. */
@@ -62,7 +67,7 @@ export function checkEntry(entry: ActionEntry): Required<Pick<ActionEntry, 'at' 
   if (typeof entry.action !== 'string' || !ACTION.test(entry.action) || entry.action.length > 100) throw new InvalidOptionError('action', `${JSON.stringify(entry.action)} is not an action name`, "Use lower-case words joined by dots, e.g. 'parked.replay'.");
   if (entry.consumer !== undefined && (typeof entry.consumer !== 'string' || entry.consumer === '' || entry.consumer.length > 200)) throw new InvalidOptionError('consumer', `${JSON.stringify(entry.consumer)} is not a consumer name`);
   if (!Number.isSafeInteger(entry.count) || entry.count < 0) throw new InvalidOptionError('count', `${String(entry.count)} is not a whole number of at least 0`);
-  if (!OUTCOMES.has(entry.outcome)) throw new InvalidOptionError('outcome', `${JSON.stringify(entry.outcome)} is not 'ok', 'partial' or 'failed'`);
+  if (!OUTCOMES.has(entry.outcome)) throw new InvalidOptionError('outcome', `${JSON.stringify(entry.outcome)} is not 'started', 'ok', 'partial' or 'failed'`);
   const at = entry.at ?? new Date();
   if (!(at instanceof Date) || Number.isNaN(at.getTime())) throw new InvalidOptionError('at', 'is not a valid date');
   for (const key of ['filter', 'detail'] as const) {

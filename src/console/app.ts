@@ -18,6 +18,7 @@ import type { ResolvedOptions } from './options.js';
 import { errorPage, type PageContext } from './pages/layout.js';
 import { overviewPage } from './pages/overview.js';
 import { ConsoleHttpError, type ConsoleEnv, type RouteDeps } from './http.js';
+import { actionRecorder } from './recorder.js';
 import { redactText } from './redact.js';
 import { archiveRoutes } from './routes/archive.js';
 import { parkedRoutes } from './routes/parked.js';
@@ -69,9 +70,7 @@ export function consoleApp(options: ResolvedOptions, data: ConsoleData, jobs: Jo
     options,
     data,
     jobs,
-    async record(user, entry) {
-      await options.actionLog.record({ ...entry, actor: user.user });
-    },
+    ...actionRecorder(options.actionLog),
   };
 
   app.use('*', async (c, next) => {
@@ -161,7 +160,7 @@ export function consoleApp(options: ResolvedOptions, data: ConsoleData, jobs: Jo
   });
 
   app.onError((error, c) => {
-    let status: 400 | 403 | 404 | 409 | 500 | 502 = 500;
+    let status: 400 | 403 | 404 | 409 | 500 | 502 | 503 = 500;
     if (error instanceof ConsoleHttpError) status = error.status;
     else if (error instanceof InvalidOptionError) status = 400;
     else if (error instanceof UnknownConsumerError || error instanceof QueueNotFoundError) status = 404;

@@ -4,7 +4,9 @@
 import { describe, expect, it } from 'vitest';
 import { testTopology, waitFor } from '../../test/helpers.js';
 import { declared, failures, publishParked } from '../park/testing/fixtures.js';
-import { anyOf, basicAuth, hashPassword, memoryActionLog, parseUsers, tokenAuth, type WarrenConsole } from './index.js';
+import { rawConnection } from '../../test/helpers.js';
+import { anyOf, basicAuth, checkActionLog, hashPassword, memoryActionLog, parseUsers, tokenAuth, type ActionEntry, type ActionLog, type WarrenConsole } from './index.js';
+import { post, testConsole as operatorConsole } from './testing/harness.js';
 import { testConsole } from './testing/harness.js';
 
 const OPERATOR_TOKEN = 'operator-token-0123456789abcdef';
@@ -63,5 +65,92 @@ describe('console audit: who is recorded', () => {
     expect(actors).toEqual(new Set(['token:operator', 'alice']));
     expect(records.filter((r) => r.actor === 'alice').every((r) => r.filter?.['messageIds'] !== undefined && JSON.stringify(r.filter).includes(id as string))).toBe(true);
     expect(records.some((r) => r.actor === 'mallory')).toBe(false);
+  });
+});
+
+/** A memory log that refuses every write once `failing` is set, as a full disk or a lost database would. */
+function breakableLog(): ActionLog & { failing: boolean; entries: ActionEntry[] } {
+  const inner = memoryActionLog();
+  const log = {
+    failing: false,
+    entries: [] as ActionEntry[],
+    async record(entry: ActionEntry) {
+      if (log.failing) throw new Error('ENOSPC: no space left on device, write');
+      log.entries.push(entry);
+      return inner.record(entry);
+    },
+    list: inner.list.bind(inner),
+  };
+  return log;
+}
+
+async function depth(queue: string): Promise<number> {
+  const ch = await (await rawConnection()).createChannel();
+  try {
+    return (await ch.checkQueue(queue)).messageCount;
+  } finally {
+    await ch.close();
+  }
+}
+
+describe('console audit: the sink is checked before anything is served', () => {
+  it('checkActionLog writes a console.start record, and refuses a sink that cannot be written, naming it and what to do', async () => {
+    const log = breakableLog();
+    await checkActionLog(log, { where: 'the test log', detail: { listen: '127.0.0.1:0' } });
+    expect(log.entries).toMatchObject([{ actor: 'warren', action: 'console.start', outcome: 'ok', detail: { listen: '127.0.0.1:0' } }]);
+    log.failing = true;
+    await expect(checkActionLog(log, { where: 'the test log' })).rejects.toThrow(/the test log.*cannot be written.*ENOSPC.*Make it writable/);
+  });
+});
+
+describe('console audit: recorded before it is done', () => {
+  it('every action writes a started record first and an ended one after, linked by id', async () => {
+    const topology = billingTopology();
+    const conn = await declared(topology);
+    const billing = topology.consumer('billing');
+    const ids = await publishParked(conn, topology, billing, failures(3));
+    const log = breakableLog();
+    const ops = operatorConsole(topology, { actionLog: log });
+    const replayed = await post(ops, `/parked/${billing.name}/replay`, { scope: 'selected', id: ids[0] as string });
+    expect(replayed.status).toBe(303);
+    await waitFor(async () => (await log.list()).some((r) => r.action === 'parked.replay' && r.outcome !== 'started'), 'the replay ends');
+    const exported = await post(ops, `/parked/${billing.name}/export`, {});
+    expect(exported.status).toBe(200);
+    const records = (await log.list()).reverse();
+    const replay = records.filter((r) => r.action === 'parked.replay');
+    expect(replay.map((r) => [r.outcome, r.count])).toEqual([['started', 0], ['ok', 1]]);
+    expect(replay[1]?.detail?.['started']).toBe(replay[0]?.id);
+    expect(replay[0]?.filter).toEqual(replay[1]?.filter);
+    const exports = records.filter((r) => r.action === 'parked.export');
+    expect(exports.map((r) => [r.outcome, r.count])).toEqual([['started', 0], ['ok', 2]]);
+    expect(exports[1]?.detail?.['started']).toBe(exports[0]?.id);
+  });
+
+  it('a purge whose started record cannot be written is refused with 503, and deletes nothing', async () => {
+    const topology = billingTopology();
+    const conn = await declared(topology);
+    const billing = topology.consumer('billing');
+    const ids = await publishParked(conn, topology, billing, failures(2));
+    const log = breakableLog();
+    const ops = operatorConsole(topology, { actionLog: log });
+    const counted = await post(ops, `/parked/${billing.name}/purge/selected`, { id: ids });
+    expect(counted.status).toBe(200);
+    const token = /name="purge" value="([^"]+)"/.exec(counted.text)?.[1] as string;
+    expect(token).toBeDefined();
+    log.failing = true;
+    const refused = await post(ops, `/parked/${billing.name}/purge`, { purge: token, confirm: '2' });
+    expect(refused.status).toBe(503);
+    expect(refused.text).toMatch(/action record could not be written.*ENOSPC.*Nothing was changed/s);
+    expect(await depth(billing.parkedQueue)).toBe(2);
+    // Nor does a replay start, or an export read.
+    expect((await post(ops, `/parked/${billing.name}/replay`, { scope: 'selected', id: ids[0] as string })).status).toBe(503);
+    expect((await post(ops, `/parked/${billing.name}/export`, {})).status).toBe(503);
+    expect(await depth(billing.parkedQueue)).toBe(2);
+    // Once the record can be written, the same confirmation purges.
+    log.failing = false;
+    const purged = await post(ops, `/parked/${billing.name}/purge`, { purge: token, confirm: '2' });
+    expect(purged.status).toBe(200);
+    expect(await depth(billing.parkedQueue)).toBe(0);
+    expect((await log.list()).filter((r) => r.action === 'parked.purge').map((r) => [r.outcome, r.count])).toEqual([['ok', 2], ['started', 0]]);
   });
 });

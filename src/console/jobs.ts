@@ -74,9 +74,13 @@ export class Jobs {
   private readonly jobs = new Map<string, Entry>();
   private readonly running = new Set<Promise<void>>();
 
-  /** Starts `work` in the background and returns the job's id at once. */
-  start(init: Pick<JobView, 'kind' | 'consumer' | 'user' | 'selection' | 'ratePerSecond'> & { canary?: CanaryState }, work: (job: Job) => Promise<void>, onEnd: (job: JobView) => Promise<void>): string {
-    const id = randomUUID();
+  /**
+   * Starts `work` in the background and returns the job's id at once (`init.id`, when the
+   * record of its start already names it). `onEnd` records how it ended; should that fail,
+   * the job's message says so.
+   */
+  start(init: Pick<JobView, 'kind' | 'consumer' | 'user' | 'selection' | 'ratePerSecond'> & { id?: string; canary?: CanaryState }, work: (job: Job) => Promise<void>, onEnd: (job: JobView) => Promise<void>): string {
+    const id = init.id ?? randomUUID();
     const controller = new AbortController();
     const entry: Entry = {
       id,
@@ -118,7 +122,9 @@ export class Jobs {
         entry.view.message = error instanceof Error ? error.message : String(error);
       }
       entry.view.endedAt = new Date().toISOString();
-      await onEnd(this.get(id) as JobView).catch(() => undefined);
+      await onEnd(this.get(id) as JobView).catch((error: unknown) => {
+        entry.view.message = `${entry.view.message} The record of this job's end could not be written (${error instanceof Error ? error.message : String(error)}); the record of its start stands.`.trim();
+      });
     })();
     this.running.add(run);
     void run.finally(() => this.running.delete(run));

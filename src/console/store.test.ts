@@ -53,15 +53,20 @@ describe('console: retry table and outbox', () => {
     expect((await post(ops, '/retry/park', { by: 'errorClass', value: 'TaxApiError' })).status).toBe(303);
     expect(await t.count({ dependency: 'tax' })).toBe(0);
 
-    const records = await store.actions.list({ limit: 10 });
+    // Each change is recorded as started before it is made, then as it ended; the typo's pause as failed.
+    const all = await store.actions.list({ limit: 20 });
+    expect(all.map((r) => r.outcome)).toEqual(['ok', 'started', 'failed', 'started', 'ok', 'started', 'ok', 'started', 'ok', 'started', 'ok', 'started']);
+    expect(all.filter((r) => r.outcome !== 'started').every((r) => all.some((s) => s.id === r.detail?.['started'] && s.outcome === 'started' && s.action === r.action))).toBe(true);
+    const records = all.filter((r) => r.outcome !== 'started');
     expect(records.map((r) => [r.action, r.actor, r.count])).toEqual([
       ['retry.park', 'alice', 1],
+      ['retry.pause', 'alice', 0],
       ['retry.schedule', 'alice', 1],
       ['retry.resume', 'alice', 2],
       ['retry.resume', 'alice', 0],
       ['retry.pause', 'alice', 2],
     ]);
-    expect(records[4]?.filter).toEqual({ dependency: 'carrier' });
+    expect(records[5]?.filter).toEqual({ dependency: 'carrier' });
     const actions = await get(ops, '/actions', VIEWER);
     expect(actions.text).toMatch(/<td data-field="action">retry\.pause<\/td>/);
     // The retry table's own history keeps who, too.

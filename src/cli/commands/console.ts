@@ -186,6 +186,23 @@ export const consoleCommand: Command = {
     const archive = store ? new Archive(store) : undefined;
     const ingester = store && ctx.values['no-ingest'] !== true ? new ArchiveIngester({ store, topology, connection }) : undefined;
     ingester?.on('behind', (e: { consumer: string; error: string }) => ctx.err(`${e.consumer}: the archive is behind: the database does not take batches (${e.error}); the parked queue keeps the messages.`));
+    // The record is written to before anything is served: a console that cannot record refuses every action, so it does not start.
+    const actionLog = auditFile !== undefined ? mod.fileActionLog(auditFile) : store?.actions;
+    if (actionLog !== undefined) {
+      try {
+        await mod.checkActionLog(actionLog, {
+          where: auditFile !== undefined ? `--audit-file ${auditFile}` : `the action record of --db ${db?.shown ?? ''}`,
+          detail: { listen: `${host}:${port}`, pid: process.pid },
+          hint:
+            auditFile !== undefined
+              ? 'Give --audit-file a file this user may create and append to (its directory is created when missing), or leave --audit-file out to record in the database (--db) or in memory.'
+              : "Give the database user INSERT on the action record's table (warren migrations create it), or record to a file with --audit-file FILE.",
+        });
+      } catch (error) {
+        await store?.close().catch(() => undefined);
+        throw new CliError(`warren console not started: ${error instanceof Error ? error.message.replace(/^Invalid option `actionLog`: /, '') : String(error)}`, EXIT.usage);
+      }
+    }
     const server: Server = createServer();
     let ops: Awaited<ReturnType<typeof mod.warrenConsole>> | undefined;
     try {
@@ -211,7 +228,7 @@ export const consoleCommand: Command = {
         ...(hasAuth ? { challenge: 'Basic realm="warren console", charset="UTF-8"' } : {}),
         // A console on loopback answers only to loopback names: a DNS-rebinding page cannot reach it.
         ...(loopback ? { allowedHosts: [`${shownHost}:${bound}`, `localhost:${bound}`, `127.0.0.1:${bound}`, `[::1]:${bound}`] } : {}),
-        ...(auditFile !== undefined ? { actionLog: mod.fileActionLog(auditFile) } : {}),
+        ...(actionLog !== undefined ? { actionLog } : {}),
       });
       server.on('request', mod.nodeListener(ops.fetch));
       // Connected before the address is given, so the first page names the node it reads; a

@@ -14,7 +14,7 @@ import type { ArchiveFilter } from '../../store/archive.js';
 import type { ConsumerTopology } from '../../topology/declaration.js';
 import type { ConsoleUser } from '../auth.js';
 import { ConsoleHttpError, type ConsoleEnv, type RouteDeps } from '../http.js';
-import type { Job, JobState, JobView } from '../jobs.js';
+import type { Job, Jobs, JobState, JobView } from '../jobs.js';
 import { archivedMessagePage, archiveDonePage, archiveIndexPage, archivePage, archivePurgePage, fieldPairs, type ArchiveFields } from '../pages/archive.js';
 import { formOf, numberField, queryOf, type Fields } from './form.js';
 
@@ -112,18 +112,28 @@ export function archiveRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps, archive: A
     if (busy) throw new ConsoleHttpError(409, `A ${busy.kind} job on '${consumer}' started by ${busy.user} is still ${busy.state}: stop it or let it finish (${options.basePath}/jobs/${busy.id}) before starting another.`);
   }
 
-  /** A job is recorded when it ends, however it ends. */
-  const ended = (user: ConsoleUser, action: string, filter: ArchiveFilter, rate: number | undefined, extra: Record<string, unknown> = {}) => async (j: JobView) => {
-    deps.data.invalidate();
-    await deps.record(user, {
-      action,
-      consumer: j.consumer,
-      filter: archiveFilterRecord(filter),
-      count: j.progress.replayed,
-      outcome: OUTCOME[j.state],
-      detail: { source: 'archive', job: j.id, state: j.state, note: j.message, rate: rate ?? null, ...extra, ...(j.canary ? { canaries: j.canary.sent, canariesBack: j.canary.returned, verdict: j.canary.verdict } : {}) },
-    });
-  };
+  /** Consumers whose job is being recorded as started: no second job may start on them meanwhile. */
+  const starting = new Set<string>();
+
+  /**
+   * Records that a job starts (refused with 503, and nothing started, when that cannot be
+   * written), then starts it; when it ends, however it ends, records what it replayed.
+   */
+  async function startJob(user: ConsoleUser, action: string, filter: ArchiveFilter, extra: Record<string, unknown>, init: Parameters<Jobs['start']>[0] & { ratePerSecond: number | null }, work: (job: Job) => Promise<void>): Promise<string> {
+    if (starting.has(init.consumer)) throw new ConsoleHttpError(409, `Another job on '${init.consumer}' is starting: look at its jobs before starting one.`);
+    refuseIfBusy(init.consumer);
+    starting.add(init.consumer);
+    try {
+      const id = randomUUID();
+      const end = await deps.begin(user, { action, consumer: init.consumer, filter: archiveFilterRecord(filter), detail: { source: 'archive', job: id, selection: init.selection, rate: init.ratePerSecond, ...extra } });
+      return jobs.start({ ...init, id }, work, async (j: JobView) => {
+        deps.data.invalidate();
+        await end({ count: j.progress.replayed, outcome: OUTCOME[j.state], detail: { state: j.state, note: j.message, ...(j.canary ? { canaries: j.canary.sent, canariesBack: j.canary.returned, verdict: j.canary.verdict } : {}) } });
+      });
+    } finally {
+      starting.delete(init.consumer);
+    }
+  }
 
   const progress = (job: Job, before = 0) => (p: { total: number; replayed: number; alreadyDone: number }) => {
     job.view.progress.total = p.total;
@@ -208,8 +218,12 @@ export function archiveRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps, archive: A
     const lines: string[] = [];
     // Bounded like a page read: a bigger export is `warren parked export --db`.
     const limit = options.maxParkedRead;
-    const result = await archive.export({ filter, limit, write: (line) => void lines.push(line) });
-    await deps.record(c.get('user'), { action: 'parked.export', consumer: target.name, filter: archiveFilterRecord(filter), count: result.exported, outcome: result.stopReason === 'done' ? 'ok' : 'partial', detail: { source: 'archive', ...(result.stopReason === 'limit' ? { limit } : {}) } });
+    const result = await deps.perform(
+      c.get('user'),
+      { action: 'parked.export', consumer: target.name, filter: archiveFilterRecord(filter), detail: { source: 'archive' } },
+      () => archive.export({ filter, limit, write: (line) => void lines.push(line) }),
+      (r) => ({ count: r.exported, outcome: r.stopReason === 'done' ? 'ok' : 'partial', ...(r.stopReason === 'limit' ? { detail: { limit } } : {}) }),
+    );
     const name = `${target.name}-archive-${new Date().toISOString().replace(/[:.]/g, '-')}.jsonl`.replace(/[^A-Za-z0-9._-]/g, '_');
     return c.body(lines.join(''), 200, { 'content-type': 'application/x-ndjson; charset=utf-8', 'content-disposition': `attachment; filename="${name}"`, ...(result.stopReason === 'limit' ? { 'x-warren-export-limit': String(limit) } : {}) });
   });
@@ -223,7 +237,11 @@ export function archiveRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps, archive: A
     refuseIfBusy(target.name);
     const filter = await bounded(sel.filter);
     const model = await options.connection();
-    const id = jobs.start(
+    const id = await startJob(
+      user,
+      'parked.replay',
+      filter,
+      {},
       { kind: 'replay', consumer: target.name, user: user.user, selection: sel.words, ratePerSecond: rate ?? null },
       async (job) => {
         const r = await archive.replay(model, target, { filter, actor: user.user, signal: job.signal, onProgress: progress(job), ...(rate !== undefined ? { ratePerSecond: rate } : {}) });
@@ -232,7 +250,6 @@ export function archiveRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps, archive: A
         if (r.stopReason === 'aborted') job.view.state = 'stopped';
         else if (r.stopReason === 'failed' || r.stopReason === 'unroutable') job.view.state = 'failed';
       },
-      ended(user, 'parked.replay', filter, rate),
     );
     return c.redirect(`${options.basePath}/jobs/${id}`, 303);
   });
@@ -251,7 +268,11 @@ export function archiveRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps, archive: A
     // As on the queue: the consumer's retry ladder and 10 s more, for a copy to fail and be archived again.
     const windowMs = windowSeconds !== undefined ? Math.round(windowSeconds * 1000) : Math.min(3_600_000, target.delaysMs.reduce((a, b) => a + b, 0) + 10_000);
     const model = await options.connection();
-    const id = jobs.start(
+    const id = await startJob(
+      user,
+      'parked.canary',
+      filter,
+      { canaries: n, windowMs },
       {
         kind: 'canary',
         consumer: target.name,
@@ -300,7 +321,6 @@ export function archiveRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps, archive: A
         if (rest.stopReason === 'aborted') job.view.state = 'stopped';
         else if (rest.stopReason === 'failed' || rest.stopReason === 'unroutable') job.view.state = 'failed';
       },
-      ended(user, 'parked.canary', filter, rate, { canaries: n, windowMs }),
     );
     return c.redirect(`${options.basePath}/jobs/${id}`, 303);
   });
@@ -313,9 +333,12 @@ export function archiveRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps, archive: A
     if (reason === undefined) throw new ConsoleHttpError(400, 'reason: say why these failures need nothing more (e.g. "refunded by hand"), up to 1000 characters.');
     const sel = selection(target, f);
     const filter = await bounded(sel.filter);
-    const r = await archive.resolve({ filter, actor: user.user, reason });
-    deps.data.invalidate();
-    await deps.record(user, { action: 'parked.resolve', consumer: target.name, filter: archiveFilterRecord(filter), count: r.count, outcome: 'ok', detail: { source: 'archive', reason } });
+    let r: Awaited<ReturnType<typeof archive.resolve>>;
+    try {
+      r = await deps.perform(user, { action: 'parked.resolve', consumer: target.name, filter: archiveFilterRecord(filter), detail: { source: 'archive', reason } }, () => archive.resolve({ filter, actor: user.user, reason }), (done) => ({ count: done.count, outcome: 'ok' }));
+    } finally {
+      deps.data.invalidate();
+    }
     return c.html(archiveDonePage(c.get('page'), target.name, 'resolved', r.count, `Reason: ${reason}`));
   });
 
@@ -350,10 +373,23 @@ export function archiveRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps, archive: A
     if (typed !== String(p.count) && typed !== target.name) {
       return c.html(archivePurgePage(c.get('page'), { consumer: target.name, token, count: p.count, described: p.described, exportFields: p.exportFields, refused: `Not purged: type ${p.count} or ${target.name} exactly to confirm.` }), 400);
     }
+    // Used at once, so that a second submit of the same form does not purge again.
     pending.delete(token);
-    const r = await archive.purge({ filter: p.filter, actor: user.user });
-    deps.data.invalidate();
-    await deps.record(user, { action: 'parked.purge', consumer: target.name, filter: archiveFilterRecord(p.filter), count: r.count, outcome: r.count === p.count ? 'ok' : 'partial', detail: { source: 'archive', counted: p.count } });
+    let r: Awaited<ReturnType<typeof archive.purge>>;
+    try {
+      r = await deps.perform(
+        user,
+        { action: 'parked.purge', consumer: target.name, filter: archiveFilterRecord(p.filter), detail: { source: 'archive', counted: p.count } },
+        () => archive.purge({ filter: p.filter, actor: user.user }),
+        (done) => ({ count: done.count, outcome: done.count === p.count ? 'ok' : 'partial' }),
+      );
+    } catch (error) {
+      // Not recorded, so not purged: the same confirmation may be sent again once the record can be written.
+      if (error instanceof ConsoleHttpError && error.status === 503) pending.set(token, p);
+      throw error;
+    } finally {
+      deps.data.invalidate();
+    }
     return c.html(archiveDonePage(c.get('page'), target.name, 'purged', r.count, r.count < p.count ? `${p.count - r.count} of those counted were gone already (replayed, resolved or purged meanwhile).` : ''));
   });
 }

@@ -14,7 +14,7 @@ import { browseParked, exportRecord, listParked, purgeParked, replayParked, type
 import type { ConsumerTopology } from '../../topology/declaration.js';
 import { ConsoleHttpError, type ConsoleEnv, type RouteDeps } from '../http.js';
 import type { ConsoleUser } from '../auth.js';
-import type { Job, JobState, JobView } from '../jobs.js';
+import type { Job, Jobs, JobState, JobView } from '../jobs.js';
 import { jobPage, messagePage, parkedIndexPage, parkedPage, purgedPage, purgePage, type ExportFields, type FilterFields } from '../pages/parked.js';
 import { formOf, numberField, queryOf, type Fields } from './form.js';
 
@@ -122,17 +122,31 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
   }
 
   const OUTCOME: Record<JobState, 'ok' | 'partial' | 'failed'> = { done: 'ok', stopped: 'partial', failed: 'failed', running: 'partial', watching: 'partial', 'awaiting-decision': 'partial' };
-  /** A job is recorded when it ends, however it ends: what it was asked, how many it replayed. */
-  const ended = (user: ConsoleUser, action: string, recorded: Record<string, unknown>, rate: number | undefined) => async (j: JobView) => {
-    await deps.record(user, {
-      action,
-      consumer: j.consumer,
-      filter: recorded,
-      count: j.progress.replayed,
-      outcome: OUTCOME[j.state],
-      detail: { job: j.id, state: j.state, note: j.message, rate: rate ?? null, ...(j.canary ? { canaries: j.canary.sent, canariesBack: j.canary.returned, verdict: j.canary.verdict } : {}) },
-    });
-  };
+  /** Consumers whose job is being recorded as started: no second job may start on them meanwhile. */
+  const starting = new Set<string>();
+
+  /**
+   * Records that a job starts (refused with 503, and nothing started, when that cannot be
+   * written), then starts it; when it ends, however it ends, records what it replayed.
+   */
+  async function startJob(user: ConsoleUser, action: string, recorded: Record<string, unknown>, init: Parameters<Jobs['start']>[0] & { ratePerSecond: number | null }, work: (job: Job) => Promise<void>): Promise<string> {
+    refuseIfBusy(init.consumer);
+    starting.add(init.consumer);
+    try {
+      const id = randomUUID();
+      const rate = init.ratePerSecond;
+      const end = await deps.begin(user, { action, consumer: init.consumer, filter: recorded, detail: { job: id, selection: init.selection, rate } });
+      return jobs.start({ ...init, id }, work, (j: JobView) =>
+        end({
+          count: j.progress.replayed,
+          outcome: OUTCOME[j.state],
+          detail: { state: j.state, note: j.message, ...(j.canary ? { canaries: j.canary.sent, canariesBack: j.canary.returned, verdict: j.canary.verdict } : {}) },
+        }),
+      );
+    } finally {
+      starting.delete(init.consumer);
+    }
+  }
 
   app.get('/parked', async (c) => {
     const overview = await deps.data.overview();
@@ -184,14 +198,19 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
     const filter = toFilter(ff);
     const fingerprint = q.one('fingerprint');
     const lines: string[] = [];
-    await browseParked(await model(), target, {
-      filter,
-      maxHeld: options.maxParkedRead,
-      onMessage: (m) => {
-        if (fingerprint === undefined || m.fingerprint === fingerprint) lines.push(`${JSON.stringify(exportRecord(m))}\n`);
-      },
-    });
-    await deps.record(c.get('user'), { action: 'parked.export', consumer: target.name, filter: plainFilter(filter, fingerprint), count: lines.length, outcome: 'ok' });
+    await deps.perform(
+      c.get('user'),
+      { action: 'parked.export', consumer: target.name, filter: plainFilter(filter, fingerprint) },
+      async () =>
+        browseParked(await model(), target, {
+          filter,
+          maxHeld: options.maxParkedRead,
+          onMessage: (m) => {
+            if (fingerprint === undefined || m.fingerprint === fingerprint) lines.push(`${JSON.stringify(exportRecord(m))}\n`);
+          },
+        }),
+      () => ({ count: lines.length, outcome: 'ok' }),
+    );
     const name = `${target.name}-parked-${new Date().toISOString().replace(/[:.]/g, '-')}.jsonl`.replace(/[^A-Za-z0-9._-]/g, '_');
     return c.body(lines.join(''), 200, { 'content-type': 'application/x-ndjson; charset=utf-8', 'content-disposition': `attachment; filename="${name}"` });
   });
@@ -201,6 +220,7 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
    * parked queue, and a canary's continuation would replay the other job's canaries.
    */
   function refuseIfBusy(consumer: string): void {
+    if (starting.has(consumer)) throw new ConsoleHttpError(409, `Another job on '${consumer}' is starting: look at its jobs before starting one.`);
     const busy = jobs.active(consumer);
     if (busy) throw new ConsoleHttpError(409, `A ${busy.kind} job on '${consumer}' started by ${busy.user} is still ${busy.state}: stop it or let it finish (${options.basePath}/jobs/${busy.id}) before starting another.`);
   }
@@ -211,16 +231,11 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
     const f = await formOf(c);
     const rate = numberField(f, 'rate', 'rate', 0.01, 1_000_000);
     const sel = await selection(target, f);
-    refuseIfBusy(target.name);
-    const id = jobs.start(
-      { kind: 'replay', consumer: target.name, user: user.user, selection: sel.words, ratePerSecond: rate ?? null },
-      async (job) => {
-        const result = await replayPass(job, target, sel.filter, rate, user);
-        job.view.message = `${result.replayed} replayed to ${result.targetQueue}${result.failed.length ? `; ${result.failed.length} could not be moved and stay parked` : ''}${result.stopReason === 'aborted' ? '; stopped' : ''}.`;
-        if (result.stopReason === 'aborted') job.view.state = 'stopped';
-      },
-      ended(user, 'parked.replay', sel.recorded, rate),
-    );
+    const id = await startJob(user, 'parked.replay', sel.recorded, { kind: 'replay', consumer: target.name, user: user.user, selection: sel.words, ratePerSecond: rate ?? null }, async (job) => {
+      const result = await replayPass(job, target, sel.filter, rate, user);
+      job.view.message = `${result.replayed} replayed to ${result.targetQueue}${result.failed.length ? `; ${result.failed.length} could not be moved and stay parked` : ''}${result.stopReason === 'aborted' ? '; stopped' : ''}.`;
+      if (result.stopReason === 'aborted') job.view.state = 'stopped';
+    });
     return c.redirect(`${options.basePath}/jobs/${id}`, 303);
   });
 
@@ -235,8 +250,10 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
     if (fingerprint === undefined) throw new ConsoleHttpError(400, 'A canary replay needs a group (fingerprint).');
     const filter: ParkedFilter = { ...toFilter(filterFields(f)), fingerprint };
     const recorded = { ...plainFilter(filter), canaries: Math.floor(n) };
-    refuseIfBusy(target.name);
-    const id = jobs.start(
+    const id = await startJob(
+      user,
+      'parked.canary',
+      recorded,
       {
         kind: 'canary',
         consumer: target.name,
@@ -303,7 +320,6 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
         job.view.message = `Canaries: ${result.failed} of ${result.canaries.length} came back. Then ${rest.replayed} more replayed to ${rest.targetQueue}${rest.stopReason === 'aborted' ? '; stopped' : ''}.`;
         if (rest.stopReason === 'aborted') job.view.state = 'stopped';
       },
-      ended(user, 'parked.canary', recorded, rate),
     );
     return c.redirect(`${options.basePath}/jobs/${id}`, 303);
   });
@@ -359,10 +375,26 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
         400,
       );
     }
+    // Used at once, so that a second submit of the same form does not purge again.
     pending.delete(token);
-    const result = await purgeParked(await model(), target, { only: p.identities, maxHeld: options.maxParkedRead });
-    deps.data.invalidate();
-    await deps.record(user, { action: 'parked.purge', consumer: target.name, filter: p.filter, count: result.removed, outcome: result.removed === p.identities.length ? 'ok' : 'partial', detail: { counted: p.identities.length, notFound: result.notFound } });
+    let end: Awaited<ReturnType<typeof deps.begin>>;
+    try {
+      end = await deps.begin(user, { action: 'parked.purge', consumer: target.name, filter: p.filter, detail: { counted: p.identities.length } });
+    } catch (error) {
+      // Nothing was purged: the same confirmation may be sent again once the record can be written.
+      pending.set(token, p);
+      throw error;
+    }
+    let result: Awaited<ReturnType<typeof purgeParked>>;
+    try {
+      result = await purgeParked(await model(), target, { only: p.identities, maxHeld: options.maxParkedRead });
+    } catch (error) {
+      await end({ count: 0, outcome: 'failed', detail: { error: error instanceof Error ? error.message.slice(0, 2000) : String(error) } }).catch(() => undefined);
+      throw error;
+    } finally {
+      deps.data.invalidate();
+    }
+    await end({ count: result.removed, outcome: result.removed === p.identities.length ? 'ok' : 'partial', detail: { notFound: result.notFound } });
     return c.html(purgedPage(c.get('page'), target.name, result.removed, result.notFound));
   });
 
@@ -379,15 +411,24 @@ export function parkedRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
   app.post('/jobs/:id/stop', async (c) => {
     const id = c.req.param('id');
     const j = jobs.get(id);
-    if (!j || !jobs.stop(id)) throw new ConsoleHttpError(409, 'That job is not running.');
-    await deps.record(c.get('user'), { action: 'job.stop', consumer: j.consumer, count: 0, outcome: 'ok', detail: { job: id, kind: j.kind } });
+    const notRunning = () => new ConsoleHttpError(409, 'That job is not running.');
+    if (!j || ['done', 'stopped', 'failed'].includes(j.state)) throw notRunning();
+    const stopped = await deps.perform(c.get('user'), { action: 'job.stop', consumer: j.consumer, detail: { job: id, kind: j.kind } }, async () => jobs.stop(id), (ok) => ({ count: 0, outcome: ok ? 'ok' : 'failed' }));
+    if (!stopped) throw notRunning();
     return c.redirect(`${options.basePath}/jobs/${id}`, 303);
   });
   app.post('/jobs/:id/continue', async (c) => {
     const id = c.req.param('id');
     const j = jobs.get(id);
-    if (!j || !jobs.proceed(id)) throw new ConsoleHttpError(409, 'That job is not waiting for a decision.');
-    await deps.record(c.get('user'), { action: 'parked.canary.continue', consumer: j.consumer, count: 0, outcome: 'ok', detail: { job: id, rest: j.canary?.rest ?? null } });
+    const notWaiting = () => new ConsoleHttpError(409, 'That job is not waiting for a decision.');
+    if (!j || j.state !== 'awaiting-decision') throw notWaiting();
+    const going = await deps.perform(
+      c.get('user'),
+      { action: 'parked.canary.continue', consumer: j.consumer, detail: { job: id, rest: j.canary?.rest ?? null } },
+      async () => jobs.proceed(id),
+      (ok) => ({ count: 0, outcome: ok ? 'ok' : 'failed' }),
+    );
+    if (!going) throw notWaiting();
     return c.redirect(`${options.basePath}/jobs/${id}`, 303);
   });
 }

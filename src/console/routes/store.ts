@@ -39,13 +39,14 @@ export function storeRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
     const user = c.get('user');
     const filter = changeFilter(f);
     const opts = { actor: user.user, allowUnknown: f.one('allow_unknown') === '1' };
-    let rows: number;
+    let run: () => Promise<number>;
     const detail: Record<string, unknown> = {};
     const t = store.retryTable;
-    if (action === 'pause') rows = await t.pause(filter, opts);
+    if (action === 'pause') run = () => t.pause(filter, opts);
     else if (action === 'resume') {
-      detail['dueNow'] = f.one('due_now') === '1';
-      rows = await t.resume(filter, { ...opts, dueNow: detail['dueNow'] as boolean });
+      const dueNow = f.one('due_now') === '1';
+      detail['dueNow'] = dueNow;
+      run = () => t.resume(filter, { ...opts, dueNow });
     } else if (action === 'schedule') {
       const raw = f.one('at') ?? 'now';
       let at: Date | 'now' | null;
@@ -56,11 +57,15 @@ export function storeRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
         if (Number.isNaN(at.getTime())) throw new ConsoleHttpError(400, `${JSON.stringify(raw)} is not now, none or a time such as 2026-03-01T12:00:00Z.`);
       }
       detail['at'] = at instanceof Date ? at.toISOString() : at;
-      rows = await t.schedule(filter, at, opts);
-    } else if (action === 'park') rows = await t.park(filter, opts);
+      const when = at;
+      run = () => t.schedule(filter, when, opts);
+    } else if (action === 'park') run = () => t.park(filter, opts);
     else throw new ConsoleHttpError(404, `No retry-table action ${JSON.stringify(action)}: pause, resume, schedule or park.`);
-    deps.data.invalidate();
-    await deps.record(user, { action: `retry.${action}`, ...(filter.consumer !== undefined ? { consumer: filter.consumer } : {}), filter: { ...filter }, count: rows, outcome: 'ok', detail });
+    try {
+      await deps.perform(user, { action: `retry.${action}`, ...(filter.consumer !== undefined ? { consumer: filter.consumer } : {}), filter: { ...filter }, detail }, run, (rows) => ({ count: rows, outcome: 'ok' }));
+    } finally {
+      deps.data.invalidate();
+    }
     return c.redirect(`${deps.options.basePath}/retry`, 303);
   });
 
@@ -72,9 +77,11 @@ export function storeRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
     const all = f.one('all') === '1';
     const ids = f.all('id');
     if (!all && ids.length === 0) throw new ConsoleHttpError(400, 'Select the rows to release, or release all.');
-    const released = await store.outbox.release(all ? undefined : ids);
-    deps.data.invalidate();
-    await deps.record(c.get('user'), { action: 'outbox.release', filter: all ? { all: true } : { ids }, count: released, outcome: 'ok' });
+    try {
+      await deps.perform(c.get('user'), { action: 'outbox.release', filter: all ? { all: true } : { ids } }, () => store.outbox.release(all ? undefined : ids), (released) => ({ count: released, outcome: 'ok' }));
+    } finally {
+      deps.data.invalidate();
+    }
     return c.redirect(`${deps.options.basePath}/outbox`, 303);
   });
 
