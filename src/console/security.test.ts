@@ -108,9 +108,11 @@ describe('console security: requests from other sites', () => {
     expect(own.text.trim().split('\n').length).toBe(2);
     const viewer = await post(ops, exportPath, {}, { user: VIEWER, csrf: await csrfOf(ops, VIEWER) });
     expect(viewer.status).toBe(200);
-    expect((await log.list({ limit: 10 })).map((r) => [r.action, r.actor, r.count])).toEqual([
-      ['parked.export', VIEWER.user, 2],
-      ['parked.export', OPERATOR.user, 2],
+    expect((await log.list({ limit: 10 })).map((r) => [r.action, r.actor, r.outcome, r.count])).toEqual([
+      ['parked.export', VIEWER.user, 'ok', 2],
+      ['parked.export', VIEWER.user, 'started', 0],
+      ['parked.export', OPERATOR.user, 'ok', 2],
+      ['parked.export', OPERATOR.user, 'started', 0],
     ]);
     // The page offers the export and the purge as forms that POST, never as links.
     const page = await get(ops, `/parked/${billing.name}`);
