@@ -11,6 +11,8 @@ import { queueCounts, waitFor } from '../../test/helpers.js';
 import { declared, failures, publishParked } from '../park/testing/fixtures.js';
 import { ARCHIVE_STATES } from '../store/archive.js';
 import { BACKENDS, harness } from '../store/testing/harness.js';
+import { TcpProxy } from '../store/testing/tcp-proxy.js';
+import { onTeardown, PG_URL } from '../../test/helpers.js';
 import type { AnyStore } from '../store/testing/spec.js';
 import { assertBuilt, dbFlags, topologyModule, warren, type RunResult } from './testing/run.js';
 
@@ -93,6 +95,40 @@ describe.each(BACKENDS)('warren archive on %s', (backend) => {
     const r = await warren(['archive', '-t', mod.path, ...dbFlags(h)]);
     expect(r.code, r.stderr).toBe(1);
     expect(r.stderr).toMatch(/has no warren tables/);
+  });
+});
+
+describe('warren archive: the database goes away', () => {
+  it('says it is behind, leaves the messages in the parked queue, and archives each once when PostgreSQL is back', async () => {
+    const h = await harness('postgres');
+    const store = h.store();
+    await store.migrate();
+    if (h.spec.backend !== 'postgres') throw new Error('postgres only');
+    const proxy = await TcpProxy.start(Number(new URL(PG_URL).port || 5432));
+    onTeardown(() => proxy.close());
+    const url = new URL(h.spec.connectionString);
+    url.port = String(proxy.port);
+    const mod = await topologyModule(({ exchange, name }) => ({ exchange, consumers: { billing: { queue: name('billing'), bindings: ['order.created'] } } }));
+    const conn = await declared(mod.topology);
+    const billing = mod.topology.consumer('billing');
+    const run = start(['-t', mod.path, '--db', url.toString(), '--schema', h.spec.schema, '--table-prefix', h.spec.tablePrefix, '--batch-size', '10', '--connect-timeout', '1s', '--progress', '100ms']);
+    const child = await run.child;
+    await waitFor(async () => (await queueCounts(conn, billing.parkedQueue)).consumers === 1, 'the ingester reads the parked queue', 60_000);
+    await proxy.cut();
+    const ids = await publishParked(conn, mod.topology, billing, failures(50));
+    // Time for the ingester to try and fail; nothing is archived while the database is away (the test's store reaches it directly).
+    await new Promise((r) => setTimeout(r, 1500));
+    expect(await store.archive.count({ consumer: 'billing' })).toBe(0);
+    await proxy.restore();
+    await waitFor(async () => (await store.archive.count({ consumer: 'billing' })) === 50 && (await queueCounts(conn, billing.parkedQueue)).ready === 0, 'all 50 archived once PostgreSQL is back', 90_000);
+    child.kill('SIGTERM');
+    const r = await run.done;
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toMatch(/^billing: the archive is behind: the database does not take batches \(.+\); the parked queue keeps the messages\.$/m);
+    expect(r.stderr).toMatch(/^billing: the database takes batches again; ingestion goes on\.$/m);
+    const archived = await archivedIds(store);
+    expect([...archived.keys()].sort()).toEqual([...ids].sort());
+    expect([...archived.values()].every((n) => n === 1)).toBe(true);
   });
 });
 
