@@ -109,7 +109,7 @@ export function consoleApp(options: ResolvedOptions, data: ConsoleData, jobs: Jo
     c.set('page', {
       base: options.basePath,
       user,
-      csrf: csrfToken(options.csrfSecret, user.user),
+      csrf: csrfToken(options.csrfSecret, user),
       // Asked when the page is laid out, after its reading opened the connection: the node it is on then.
       get broker() {
         return brokerName();
@@ -128,7 +128,7 @@ export function consoleApp(options: ResolvedOptions, data: ConsoleData, jobs: Jo
           token = typeof value === 'string' ? value : undefined;
         }
       }
-      if (!checkCsrf(options.csrfSecret, user.user, token)) return c.text('Missing or wrong CSRF token: reload the page and try again.', 403);
+      if (!checkCsrf(options.csrfSecret, user, token)) return c.text('Missing or wrong CSRF token: reload the page and try again.', 403);
     }
     await next();
   });

@@ -154,3 +154,27 @@ describe('console audit: recorded before it is done', () => {
     expect((await log.list()).filter((r) => r.action === 'parked.purge').map((r) => [r.outcome, r.count])).toEqual([['ok', 2], ['started', 0]]);
   });
 });
+
+describe('console audit: CSRF tokens are bound to the role', () => {
+  it("a viewer signed in under an operator's name gets a token the operator's POST is refused with", async () => {
+    const topology = billingTopology();
+    const conn = await declared(topology);
+    const billing = topology.consumer('billing');
+    const [id] = await publishParked(conn, topology, billing, failures(1));
+    const log = memoryActionLog();
+    // As a proxy's headers or an application's sessions could: the same name, once as a viewer.
+    const ops = testConsole(topology, {
+      actionLog: log,
+      authorize: (req) => (req.headers.get('authorization') === 'viewer' ? { user: 'alice', role: 'viewer' } : req.headers.get('authorization') === 'operator' ? { user: 'alice', role: 'operator' } : null),
+    });
+    const tokenOf = async (who: string) => /<meta name="warren-csrf" content="([^"]+)">/.exec(await (await ops.fetch(new Request('http://console.test/actions', { headers: { authorization: who } }))).text())?.[1] as string;
+    const viewerToken = await tokenOf('viewer');
+    const operatorToken = await tokenOf('operator');
+    expect(viewerToken).not.toBe(operatorToken);
+    const replay = (csrf: string) =>
+      ops.fetch(new Request(`http://console.test/parked/${billing.name}/replay`, { method: 'POST', headers: { authorization: 'operator', host: 'console.test' }, body: new URLSearchParams({ scope: 'selected', id: id as string, _csrf: csrf }) }));
+    expect((await replay(viewerToken)).status).toBe(403);
+    expect(await log.list()).toEqual([]);
+    expect((await replay(operatorToken)).status).toBe(303);
+  });
+});

@@ -42,12 +42,18 @@ describe('console auth methods', () => {
     expect(() => parseUsers('alice:operator\n', 'users.txt')).toThrow(/line 1 is not name:role:hash/);
   });
 
-  it('a CSRF token belongs to one user under one key', () => {
+  it('a CSRF token belongs to one session, name and role, under one key', () => {
     const key = Buffer.from('k1');
-    const t = csrfToken(key, 'alice');
-    expect(checkCsrf(key, 'alice', t)).toBe(true);
-    expect(checkCsrf(key, 'bob', t)).toBe(false);
-    expect(checkCsrf(Buffer.from('k2'), 'alice', t)).toBe(false);
-    expect(checkCsrf(key, 'alice', undefined)).toBe(false);
+    const alice = { user: 'alice', role: 'operator' } as const;
+    const t = csrfToken(key, alice);
+    expect(checkCsrf(key, alice, t)).toBe(true);
+    expect(checkCsrf(key, { user: 'bob', role: 'operator' }, t)).toBe(false);
+    // A viewer signed in under the operator's name does not get the operator's token.
+    expect(csrfToken(key, { user: 'alice', role: 'viewer' })).not.toBe(t);
+    expect(checkCsrf(key, alice, csrfToken(key, { user: 'alice', role: 'viewer' }))).toBe(false);
+    // Nor can a name with a separator in it make another session's input.
+    expect(csrfToken(key, { user: 'alice\0operator', role: 'viewer' })).not.toBe(csrfToken(key, { user: 'alice', role: 'operator' }));
+    expect(checkCsrf(Buffer.from('k2'), alice, t)).toBe(false);
+    expect(checkCsrf(key, alice, undefined)).toBe(false);
   });
 });

@@ -202,13 +202,18 @@ export function anyOf(...methods: readonly Authorize[]): Authorize {
   };
 }
 
-/** The CSRF token of a user: a keyed digest of the name, so it needs no server state and no cookie. */
-export function csrfToken(secret: Buffer, user: string): string {
-  return createHmac('sha256', secret).update(`csrf\0${user}`).digest('base64url');
+/**
+ * The CSRF token of a session: a keyed digest of its role and name (under the server's
+ * secret), so it needs no server state and no cookie, and a viewer signed in under an
+ * operator's name does not get that operator's token.
+ */
+export function csrfToken(secret: Buffer, user: ConsoleUser): string {
+  // JSON keeps the two apart: no name can be made to read as another role and name.
+  return createHmac('sha256', secret).update(`csrf\0${JSON.stringify([user.role, user.user])}`).digest('base64url');
 }
 
-/** True when `given` is the user's CSRF token. */
-export function checkCsrf(secret: Buffer, user: string, given: string | undefined): boolean {
+/** True when `given` is the session's CSRF token. */
+export function checkCsrf(secret: Buffer, user: ConsoleUser, given: string | undefined): boolean {
   if (given === undefined || given === '') return false;
   return sameSecret(given, csrfToken(secret, user));
 }
