@@ -123,6 +123,7 @@ async function queueDepth(ctx: CommandContext, c: ConsumerTopology): Promise<{ d
       await ch.close().catch(() => undefined);
     }
   } catch (error) {
+    if ((error as { code?: unknown }).code === 404) return { depth: undefined, why: 'the broker has no such queue; `warren topology apply` declares it' };
     return { depth: undefined, why: error instanceof Error ? error.message.split('\n')[0] : String(error) };
   }
 }
