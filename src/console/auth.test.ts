@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { waitFor } from '../../test/helpers.js';
 import { anyOf, basicAuth, checkCsrf, csrfToken, hashPassword, parseUsers, tokenAuth, trustedHeaderAuth } from './auth.js';
 
 const req = (headers: Record<string, string>) => new Request('http://x/', { headers });
@@ -34,6 +35,41 @@ describe('console auth methods', () => {
     expect(await auth(req({}))).toBeNull();
     const both = anyOf(tokenAuth({ operator: 'op-token-0123456789' }), auth);
     expect(await both(req({ 'x-forwarded-user': 'erin' }))).toEqual({ user: 'erin', role: 'viewer' });
+  });
+
+  it('a wrong password takes as long for a name nobody has as for a user (the hash runs for both)', async () => {
+    const users = parseUsers(`alice:operator:${await hashPassword('alice-password')}\n`);
+    const auth = basicAuth(users);
+    const timed = async (user: string): Promise<number> => {
+      const t0 = performance.now();
+      expect(await auth(req({ authorization: basic(user, 'wrong') }))).toBeNull();
+      return performance.now() - t0;
+    };
+    const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
+    const known: number[] = [];
+    const unknown: number[] = [];
+    // Fewer failures than slow a name down; each unknown name fails once.
+    for (let i = 0; i < 3; i++) {
+      known.push(await timed('alice'));
+      unknown.push(await timed(`nobody-${i}`));
+    }
+    // scrypt takes tens of milliseconds and a map lookup microseconds: a quarter is a wide margin for a busy machine.
+    expect(median(unknown)).toBeGreaterThan(median(known) / 4);
+  });
+
+  it('repeated failures for a name are slowed: past the free ones, sign-in waits out a doubling penalty; memory is bounded', async () => {
+    const users = parseUsers(`alice:operator:${await hashPassword('alice-password')}\n`);
+    const auth = basicAuth(users, { freeFailures: 2, penaltyMs: 300, maxTracked: 3 });
+    const as = (user: string, password: string) => auth(req({ authorization: basic(user, password) }));
+    for (let i = 0; i < 3; i++) expect(await as('alice', 'guess')).toBeNull();
+    // In the penalty, the right password is refused too (no guess is checked meanwhile)…
+    expect(await as('alice', 'alice-password')).toBeNull();
+    // …and once it has passed, it signs in.
+    await waitFor(async () => (await as('alice', 'alice-password')) !== null, 'the penalty passes');
+    // Bounded: with room for three names, the oldest is forgotten when more fail.
+    for (let i = 0; i < 3; i++) expect(await as('bob', 'guess')).toBeNull();
+    for (const name of ['c1', 'c2', 'c3']) expect(await as(name, 'guess')).toBeNull();
+    expect(await as('alice', 'alice-password')).toEqual({ user: 'alice', role: 'operator' });
   });
 
   it('a users file line that is wrong is named', () => {

@@ -111,23 +111,69 @@ function sameSecret(a: string, b: string): boolean {
   return timingSafeEqual(da, db);
 }
 
+/** Options of {@link basicAuth}: how repeated failed sign-ins are slowed. */
+export interface BasicAuthOptions {
+  /** Failed sign-ins a name may have (within 15 minutes) before it is slowed. @default 5 */
+  readonly freeFailures?: number;
+  /** After one more failure, the name's sign-ins are refused unchecked this long; doubled at each further failure. @default 1000 */
+  readonly penaltyMs?: number;
+  /** The longest penalty. @default 60000 */
+  readonly maxPenaltyMs?: number;
+  /** How many names' failures are remembered; the oldest is forgotten first. @default 10000 */
+  readonly maxTracked?: number;
+}
+
+const FAILURE_WINDOW_MS = 15 * 60_000;
+
 /**
  * Basic auth against users with scrypt-hashed passwords. Verified passwords are cached
  * (by a keyed digest, never in clear) so each request does not pay scrypt's cost.
+ * A name nobody has is checked against a hash all the same, so a wrong password takes
+ * as long whether the user exists or not. Past `freeFailures` failures, a name (known or
+ * not) is refused unchecked for a penalty that doubles with each further failure, so
+ * guessing is slowed however many requests are sent at once; a browser already signed in
+ * with the right password (the cache) is not.
  */
-export function basicAuth(users: ReadonlyMap<string, UserEntry>): Authorize {
+export function basicAuth(users: ReadonlyMap<string, UserEntry>, options: BasicAuthOptions = {}): Authorize {
+  const free = options.freeFailures ?? 5;
+  const penaltyMs = options.penaltyMs ?? 1000;
+  const maxPenaltyMs = options.maxPenaltyMs ?? 60_000;
+  const maxTracked = options.maxTracked ?? 10_000;
+  for (const [name, v, min] of [['freeFailures', free, 0], ['penaltyMs', penaltyMs, 0], ['maxPenaltyMs', maxPenaltyMs, 0], ['maxTracked', maxTracked, 1]] as const) {
+    if (!Number.isSafeInteger(v) || v < min) throw new InvalidOptionError(name, `${v} is not a whole number of at least ${min}`);
+  }
   const verified = new Map<string, string>();
+  const failures = new Map<string, { count: number; last: number; until: number }>();
   const key = randomBytes(32);
+  // Made once, on the first unknown name: what such a name's password is checked against.
+  let dummy: Promise<string> | undefined;
+  const failed = (name: string): null => {
+    const now = Date.now();
+    const before = failures.get(name);
+    const count = before !== undefined && now - before.last < FAILURE_WINDOW_MS ? before.count + 1 : 1;
+    const until = count > free ? now + Math.min(maxPenaltyMs, penaltyMs * 2 ** Math.min(30, count - free - 1)) : 0;
+    // Delete, then set: the map's order is then the order of last failure, oldest first.
+    failures.delete(name);
+    failures.set(name, { count, last: now, until });
+    for (const oldest of failures.keys()) {
+      if (failures.size <= maxTracked) break;
+      failures.delete(oldest);
+    }
+    return null;
+  };
   return async (request) => {
     const c = basicCredentials(request);
     if (!c) return null;
+    const name = c.user.slice(0, 200);
     const entry = users.get(c.user);
-    if (!entry) return null;
     const digest = createHmac('sha256', key).update(`${c.user}\0${c.password}`).digest('base64');
-    if (verified.get(c.user) !== digest) {
-      if (!(await verifyPassword(c.password, entry.hash))) return null;
-      verified.set(c.user, digest);
-    }
+    if (entry && verified.get(c.user) === digest) return { user: entry.user, role: entry.role };
+    if ((failures.get(name)?.until ?? 0) > Date.now()) return null;
+    dummy ??= hashPassword(randomBytes(18).toString('base64'));
+    const ok = await verifyPassword(c.password, entry?.hash ?? (await dummy));
+    if (!entry || !ok) return failed(name);
+    failures.delete(name);
+    verified.set(c.user, digest);
     return { user: entry.user, role: entry.role };
   };
 }

@@ -15,7 +15,7 @@ import { ConsoleData } from './data.js';
 import { Jobs } from './jobs.js';
 import { resolveOptions, type ConsoleOptions } from './options.js';
 
-export { anyOf, basicAuth, hashPassword, parseUsers, readUsersFile, tokenAuth, trustedHeaderAuth, verifyPassword, type Authorize, type ConsoleRole, type ConsoleUser, type TokenAuthOptions, type TrustedHeaderOptions, type UserEntry } from './auth.js';
+export { anyOf, basicAuth, type BasicAuthOptions, hashPassword, parseUsers, readUsersFile, tokenAuth, trustedHeaderAuth, verifyPassword, type Authorize, type ConsoleRole, type ConsoleUser, type TokenAuthOptions, type TrustedHeaderOptions, type UserEntry } from './auth.js';
 export { nodeListener, type FetchHandler } from './node.js';
 export { checkActionLog, memoryActionLog, type ActionEntry, type ActionLog, type ActionOutcome, type ActionRecord, type CheckActionLogOptions } from './record.js';
 export { fileActionLog } from '../audit/index.js';
