@@ -50,6 +50,15 @@ export const METRICS = {
   schedulerFailures: m('application', 'counter', 'warren_retry_scheduler_failures_total', ['scheduler'], 'Scheduler passes that failed (the database was unavailable).'),
   dependencyHealthy: m('application', 'gauge', 'warren_dependency_healthy', ['dependency'], '1 when the dependency\'s last health check passed, 0 when it failed (absent before the first check).'),
   dependencyPaused: m('application', 'gauge', 'warren_dependency_paused', ['dependency'], '1 while a health check holds the dependency\'s rows paused.'),
+  // --- from the failure archive, read on scrape -----------------------------------------
+  archiveOpen: m('store', 'gauge', 'warren_archive_open_failures', ['consumer'], 'Archived failures still open: not replayed, purged or resolved. With an archive, the parked queue drains into it: this, plus the parked queue\'s depth, is what waits for a person.'),
+  archiveRows: m('store', 'gauge', 'warren_archive_rows', ['consumer'], 'Rows in the archive, of every state (open, replayed, resolved).'),
+  archiveOldest: m('store', 'gauge', 'warren_archive_oldest_seconds', ['consumer'], 'Age of the oldest row of the archive (its failure time), of any state; 0 when there is none. What retention keeps.'),
+  archiveOldestOpen: m('store', 'gauge', 'warren_archive_oldest_open_seconds', ['consumer'], 'Age of the oldest open failure; 0 when none is open.'),
+  archiveBehind: m('application', 'gauge', 'warren_archive_behind', ['consumer'], '1 while the ingester of this process is behind (the database does not take batches; the parked queue keeps the messages), 0 while it keeps up.'),
+  archiveHeld: m('application', 'gauge', 'warren_archive_ingest_held', ['consumer'], 'Parked messages the ingester of this process holds, read and not yet stored.'),
+  archiveUp: m('store', 'gauge', 'warren_archive_up', [], '1 when the last reading of the archive\'s counts succeeded, 0 when the database did not answer.'),
+  archiveReadDuration: m('store', 'gauge', 'warren_archive_read_duration_seconds', [], 'How long the last reading of the archive\'s counts took (one query over the per-group counts, not the rows).'),
   // --- from the broker, read on scrape --------------------------------------------------
   queueReady: m('broker', 'gauge', 'warren_queue_messages_ready', ['consumer', 'role', 'queue'], 'Messages ready in the queue; role is work, retry or parked.'),
   queueUnacked: m('broker', 'gauge', 'warren_queue_messages_unacked', ['consumer', 'role', 'queue'], 'Messages delivered and not yet acknowledged (management API only).'),

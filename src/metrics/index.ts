@@ -16,6 +16,8 @@ import { formatDuration } from '../retry/ladder.js';
 import type { HealthMonitor } from '../retry-table/health.js';
 import type { RetryScheduler } from '../retry-table/scheduler.js';
 import type { RetrySignals } from '../retry-table/types.js';
+import type { ArchiveIngestState } from '../archive/types.js';
+import type { ArchiveCounts } from '../store/archive.js';
 import type { OutboxLag } from '../store/index.js';
 import type { Topology } from '../topology/declaration.js';
 import type { Warren } from '../warren.js';
@@ -41,6 +43,16 @@ export interface MetricsStore {
 
 /** A store, optionally with the name its figures are labelled with. */
 export type NamedStore = MetricsStore | { readonly store: MetricsStore; readonly name: string };
+
+/**
+ * The failure archive whose counts are read on scrape: a store with archive tables
+ * (`sqliteStore()`, `postgresStore()`), and the ingester of this process, if it runs one.
+ */
+export interface ArchiveMetricsSource {
+  readonly store: { readonly archive: { counts(consumer?: string): Promise<ArchiveCounts[]> } };
+  /** Its `state()` gives `warren_archive_behind` and `warren_archive_ingest_held`. @default the Warren's `archive` ingester */
+  readonly ingester?: { state(): readonly ArchiveIngestState[] };
+}
 
 /** A scheduler, optionally with the name its figures are labelled with. */
 export type NamedScheduler = RetryScheduler | { readonly scheduler: RetryScheduler; readonly name: string };
@@ -82,6 +94,12 @@ export interface WarrenMetricsOptions {
   registry?: Registry;
   /** Stores whose outbox and retry table are read on scrape (labelled by `name`, default the backend). */
   stores?: readonly NamedStore[];
+  /**
+   * The failure archive: open failures, rows and the oldest row per consumer, read on
+   * scrape with one query over the per-group counts (cached for `storeCacheMs`), and
+   * whether this process's ingester keeps up.
+   */
+  archive?: ArchiveMetricsSource;
   /** Retry schedulers: their counters, and the health checks they run. */
   schedulers?: readonly NamedScheduler[];
   /** Health monitors run without a scheduler (`store.retryTable.health()`). */
@@ -284,6 +302,12 @@ export function warrenMetrics(options: WarrenMetricsOptions = {}): WarrenMetrics
     throw new InvalidOptionError('health', 'expected a list of HealthMonitor (store.retryTable.health())');
   }
   const storeCacheMs = checkCacheMs(options.storeCacheMs, 'storeCacheMs');
+  const archive = options.archive;
+  if (archive !== undefined && typeof archive?.store?.archive?.counts !== 'function') {
+    throw new InvalidOptionError('archive.store', 'expected a store with archive tables, such as sqliteStore() or postgresStore()');
+  }
+  if (archive?.ingester !== undefined && typeof archive.ingester?.state !== 'function') throw new InvalidOptionError('archive.ingester', 'expected an ArchiveIngester (warren.archive, or new ArchiveIngester())');
+  const ingester = archive?.ingester ?? warren?.archive;
   if (options.buckets !== undefined && (typeof options.buckets !== 'object' || options.buckets === null)) throw new InvalidOptionError('buckets', 'expected { handler?, confirm? }');
   const handlerBuckets = checkBuckets(options.buckets?.handler, 'buckets.handler', HANDLER_BUCKETS);
   const confirmBuckets = checkBuckets(options.buckets?.confirm, 'buckets.confirm', CONFIRM_BUCKETS);
@@ -524,6 +548,74 @@ export function warrenMetrics(options: WarrenMetricsOptions = {}): WarrenMetrics
         },
       }),
     );
+  }
+
+  // --- the failure archive, read on scrape ------------------------------------------------
+  if (archive !== undefined) {
+    const source = archive.store.archive;
+    const read = cached(storeCacheMs, async () => {
+      const started = Date.now();
+      try {
+        return { counts: await source.counts(), ms: Date.now() - started };
+      } catch {
+        return { counts: undefined, ms: Date.now() - started };
+      }
+    });
+    // Every consumer of the topology has a series (0 with no rows), so alert expressions that add the parked queue's depth find both sides.
+    const names = () => new Set([...(topology ? topology.consumers.keys() : []), ...(ingester ? ingester.state().map((s) => s.consumer) : [])]);
+    const archiveGauge = (spec: MetricSpec, pick: (c: ArchiveCounts, now: number) => number) =>
+      make(spec, (c) =>
+        new Gauge({
+          ...c,
+          async collect() {
+            const { counts } = await read();
+            this.reset();
+            if (counts === undefined) return;
+            const now = Date.now();
+            const by = new Map(counts.map((k) => [k.consumer, k]));
+            for (const name of new Set([...names(), ...by.keys()])) {
+              const k = by.get(name) ?? { consumer: name, open: 0, replayed: 0, resolved: 0, bytes: 0, oldestOpenAt: null, oldestAt: null };
+              this.set({ consumer: name }, pick(k, now));
+            }
+          },
+        }),
+      );
+    const age = (at: Date | null, now: number) => (at === null ? 0 : Math.max(0, (now - at.getTime()) / 1000));
+    archiveGauge(METRICS.archiveOpen, (k) => k.open);
+    archiveGauge(METRICS.archiveRows, (k) => k.open + k.replayed + k.resolved);
+    archiveGauge(METRICS.archiveOldest, (k, now) => age(k.oldestAt, now));
+    archiveGauge(METRICS.archiveOldestOpen, (k, now) => age(k.oldestOpenAt, now));
+    make(METRICS.archiveUp, (c) =>
+      new Gauge({
+        ...c,
+        async collect() {
+          this.set((await read()).counts === undefined ? 0 : 1);
+        },
+      }),
+    );
+    make(METRICS.archiveReadDuration, (c) =>
+      new Gauge({
+        ...c,
+        async collect() {
+          this.set((await read()).ms / 1000);
+        },
+      }),
+    );
+  }
+  if (ingester !== undefined) {
+    const ingest = ingester;
+    const stateGauge = (spec: MetricSpec, pick: (s: ArchiveIngestState) => number) =>
+      make(spec, (c) =>
+        new Gauge({
+          ...c,
+          collect() {
+            this.reset();
+            for (const s of ingest.state()) this.set({ consumer: s.consumer }, pick(s));
+          },
+        }),
+      );
+    stateGauge(METRICS.archiveBehind, (s) => (s.behindSince !== undefined ? 1 : 0));
+    stateGauge(METRICS.archiveHeld, (s) => s.held);
   }
 
   // --- the broker, read on scrape -------------------------------------------------------

@@ -32,7 +32,8 @@ export const metrics: Command = {
     'is reused for --cache, so frequent scrapes cost the broker little.',
     '',
     'Given --db (or WARREN_DB), it also serves the outbox lag and flagged rows and the',
-    'retry table\'s rows due, paused and waiting, read from the application\'s database.',
+    'retry table\'s rows due, paused and waiting, and the failure archive\'s open failures,',
+    'rows and oldest row per consumer, read from the application\'s database.',
     '',
     'These are the figures the shipped alert rules and dashboard use (monitoring/); the',
     'names are listed in docs/metrics.md. Keep the address private: metrics name queues.',
@@ -90,7 +91,7 @@ export const metrics: Command = {
       topology,
       connection,
       broker: { management: ctx.management(), cacheMs },
-      ...(store ? { stores: [{ store, name: db?.backend === 'postgres' ? 'postgres' : 'sqlite' }] } : {}),
+      ...(store ? { stores: [{ store, name: db?.backend === 'postgres' ? 'postgres' : 'sqlite' }], archive: { store } } : {}),
       storeCacheMs: cacheMs,
     });
     let server: Awaited<ReturnType<typeof metricsModule.serveMetrics>>;
