@@ -11,7 +11,7 @@ import { checkPolicy } from '../retry-table/wait.js';
 import { closeChannel } from '../connection/channel.js';
 import { AckLine } from './acks.js';
 import { BlipMemory } from './blips.js';
-import { Delivery } from './delivery.js';
+import { Delivery, deliveryKey, idOf } from './delivery.js';
 import { DEFAULT_COMMIT_TIMEOUT_MS, HandlerClock } from './handler-run.js';
 import { decideFor, errorText, within, type ConsumerParts } from './parts.js';
 import { bodyReaders } from './path.js';
@@ -66,7 +66,7 @@ function int(value: number | undefined, fallback: number, option: string, min: n
  */
 export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   readonly name: string;
-  readonly stats: ConsumerStats = { acked: 0, duplicate: 0, retried: 0, parked: 0, waiting: 0, requeued: 0, redeliveryMoved: 0, inFlight: 0 };
+  readonly stats: ConsumerStats = { acked: 0, duplicate: 0, retried: 0, parked: 0, waiting: 0, requeued: 0, redeliveryMoved: 0, inFlight: 0, brokerCancels: 0 };
   private readonly prefetch: number;
   private readonly concurrency: number;
   private readonly shutdownTimeoutMs: number;
@@ -104,6 +104,12 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   private unregister: (() => void) | undefined;
   private reattachTimer: NodeJS.Timeout | undefined;
   private reattachAttempt = 0;
+  /**
+   * Deliveries whose work was done while their channel was gone or their consumer
+   * cancelled (their ack never reached the broker), by {@link deliveryKey}: their
+   * redelivery is acked by that outcome instead of being run again. Bounded, short-lived.
+   */
+  private readonly doneUnacked = new Map<number, { until: number; count: number; done: 'ack' | 'moved'; ackAs: 'acked' | 'duplicate' }>();
 
   constructor(
     private readonly connection: BrokerConnection,
@@ -200,7 +206,15 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     this.attaching = (async () => {
       if (this.closed || this.stopping || this.channel) return;
       const ch = await model.createChannel();
-      ch.on('error', (err: Error) => this.logger.warn('consumer channel error', { consumer: this.name, error: err.message }));
+      ch.on('error', (err: Error) => {
+        if (/acknowledgement .*timed out|consumer[_ -]?timeout/i.test(err.message)) {
+          // RabbitMQ before 4.3: a delivery held past the consumer timeout closes the channel.
+          this.stats.brokerCancels += 1;
+          this.logger.warn('the broker closed the consumer\'s channel: a delivery outlived the queue\'s consumer timeout; re-attaching (set the consumer timeout above the handler\'s timeoutMs, docs/brokers.md)', { consumer: this.name, queue: this.declaration.queue, error: err.message, heldLongestMs: this.heldLongestMs(ch) });
+          return;
+        }
+        this.logger.warn('consumer channel error', { consumer: this.name, error: err.message });
+      });
       ch.on('close', () => this.onChannelClose(ch));
       // close() may have been called during any await: a consumer attached after it
       // would requeue every delivery in a loop.
@@ -241,7 +255,11 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
    */
   private rememberInFlight(ch: amqp.Channel): void {
     const held: amqp.ConsumeMessage[] = [];
-    for (const d of this.inFlight) if (d !== undefined && d.ch === ch && !d.settled) held.push(d.msg);
+    for (const d of this.inFlight) {
+      if (d === undefined) continue;
+      if (d.ch === ch && !d.settled) held.push(d.msg);
+      for (const t of d.twins ?? []) if (t.ch === ch) held.push(t.msg);
+    }
     for (const d of this.waiting) if (d.ch === ch) held.push(d.msg);
     // Succeeded, their ack not written yet: the channel held them too.
     const line = this.lines.get(ch);
@@ -287,18 +305,49 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
 
   private onMessage(ch: amqp.Channel, line: AckLine<Delivery>, msg: amqp.ConsumeMessage | null): void {
     if (msg === null) {
-      // The broker cancelled us: the queue was deleted, or it failed over.
-      this.logger.error('the broker cancelled the consumer; re-declaring its queues and re-attaching', { consumer: this.name, queue: this.declaration.queue });
+      // The broker cancelled us: a consumer timeout (RabbitMQ 4.3 quorum queues cancel the
+      // consumer that held a delivery past it), the queue was deleted, or it failed over.
+      this.stats.brokerCancels += 1;
+      const heldLongestMs = this.heldLongestMs(ch);
+      const timeout = heldLongestMs > 0;
+      this.logger.error(
+        timeout
+          ? 'the broker cancelled the consumer, most likely for a delivery held past the queue\'s consumer timeout (x-consumer-timeout or a consumer-timeout policy); re-attaching on a new channel (set the consumer timeout above the handler\'s timeoutMs, docs/brokers.md)'
+          : 'the broker cancelled the consumer (its queue deleted, or failed over); re-declaring its queues and re-attaching',
+        { consumer: this.name, queue: this.declaration.queue, heldLongestMs, cancels: this.stats.brokerCancels },
+      );
       this.consumerTag = undefined;
+      if (this.channel === ch) {
+        // The broker has taken back what the cancelled consumer held: an ack of one of
+        // its tags now acks nothing (and RabbitMQ 4.3 sends the cancel again later,
+        // which amqplib takes for a connection error). Leave the channel now; the
+        // runs still going finish, and their redeliveries are settled by their outcome.
+        this.channel = undefined;
+        this.rememberInFlight(ch);
+        this.forget(ch);
+        void closeChannel(ch);
+      }
       this.emit('cancelled', { consumer: this.name, queue: this.declaration.queue });
       if (!this.closed && !this.stopping) this.scheduleReattach('cancelled');
       return;
     }
     const d = new Delivery(msg, ch, line);
     line.arrived(d);
+    if (msg.fields.redelivered && this.heldBehindFirst(d)) return;
     this.waiting.push(d);
     if (this.stopping) return; // close() puts it back
     this.pump();
+  }
+
+  /** How long the oldest delivery still running on `ch` has been held, in ms (0 for none). */
+  private heldLongestMs(ch: amqp.Channel): number {
+    let oldest = Infinity;
+    for (const d of this.inFlight) {
+      if (d === undefined) continue;
+      if (d.ch === ch && !d.settled && d.started > 0) oldest = Math.min(oldest, d.started);
+      for (const t of d.twins ?? []) if (t.ch === ch) oldest = Math.min(oldest, t.started);
+    }
+    return oldest === Infinity ? 0 : Math.round(performance.now() - oldest);
   }
 
   private pump(): void {
@@ -309,6 +358,78 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       this.running += 1;
       this.stats.inFlight = this.running;
       void this.deliver(d);
+    }
+  }
+
+  /**
+   * A redelivery of a message this process is still running (on an older channel: the
+   * broker took it back at a consumer timeout or a channel loss), or ran to its outcome
+   * without its ack reaching the broker: never run beside or after that run. Held until
+   * the run ends, then settled by its outcome ({@link releaseTwins}); or settled now.
+   */
+  private heldBehindFirst(d: Delivery): boolean {
+    const key = deliveryKey(d.msg);
+    const id = d.msg.properties.messageId as unknown;
+    let first: Delivery | undefined;
+    for (const f of this.inFlight) {
+      if (f === undefined || f.ch === d.ch || f.msg.properties.messageId !== id || deliveryKey(f.msg) !== key) continue;
+      if (first === undefined || (first.twins !== undefined && f.twins === undefined)) first = f;
+    }
+    if (first !== undefined) {
+      d.started = performance.now(); // held from now (process() sets it again if it runs)
+      (first.twins ??= []).push(d);
+      this.logger.warn('a redelivery of a message still running here (the broker took it back); held until that run ends, then settled by its outcome', { consumer: this.name, messageId: idOf(d), runningMs: Math.round(performance.now() - first.started) });
+      return true;
+    }
+    if (this.doneUnacked.size === 0) return false;
+    const done = this.doneUnacked.get(key);
+    if (done === undefined) return false;
+    done.count -= 1;
+    if (done.count <= 0 || done.until <= Date.now()) this.doneUnacked.delete(key);
+    if (done.until <= Date.now()) return false;
+    this.settleTwin(d, done.done, done.ackAs, false);
+    return true;
+  }
+
+  /** Acks a redelivery whose work a run of this process already did; counts it if that run's ack never reached the broker. */
+  private settleTwin(t: Delivery, done: 'ack' | 'moved', ackAs: 'acked' | 'duplicate', firstCounted: boolean): boolean {
+    if (t.started === 0) t.started = performance.now();
+    if (!this.settler.ack(t)) return false; // its channel is gone too: the broker redelivers it
+    this.logger.info(done === 'ack' ? 'a redelivery of a message this process already handled; acked by that run\'s outcome' : 'a redelivery of a message this process already moved; acked, its copy carries on', { consumer: this.name, messageId: idOf(t) });
+    if (done === 'ack') this.settler.count({ kind: firstCounted ? 'duplicate' : ackAs, messageId: idOf(t) }, t);
+    return true;
+  }
+
+  /** The run of `d` ended: settle the redeliveries held behind it, or remember its outcome for one still to come. */
+  private releaseTwins(d: Delivery): void {
+    const twins = d.twins;
+    d.twins = undefined;
+    const done = d.done ?? (d.settled ? 'ack' : undefined);
+    if (twins === undefined) {
+      if (d.done !== undefined && !d.settled && !this.parts.current(d.ch)) this.rememberDone(d, d.done);
+      return;
+    }
+    let counted = d.settled;
+    for (const t of twins) {
+      if (!this.parts.current(t.ch)) continue; // its channel is gone: the broker redelivers it
+      if (done !== undefined) counted = this.settleTwin(t, done, d.ackAs, counted) || counted;
+      else if (this.stopping) void this.settler.apply(t, {}, decideFor(this.parts, t, {}, 0, { kind: 'never-started' }));
+      else this.waiting.unshift(t);
+    }
+  }
+
+  private rememberDone(d: Delivery, done: 'ack' | 'moved'): void {
+    const now = Date.now();
+    if (this.doneUnacked.size >= 2 * this.prefetch + 64) {
+      for (const [k, v] of this.doneUnacked) if (v.until <= now || this.doneUnacked.size >= 2 * this.prefetch + 64) this.doneUnacked.delete(k);
+    }
+    const key = deliveryKey(d.msg);
+    const seen = this.doneUnacked.get(key);
+    if (seen !== undefined && seen.until > now) {
+      seen.count += 1;
+      seen.until = now + 60_000;
+    } else {
+      this.doneUnacked.set(key, { until: now + 60_000, count: 1, done, ackAs: d.ackAs });
     }
   }
 
@@ -323,6 +444,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     this.freeSlots.push(d.slot);
     d.slot = -1;
     d.trace?.end(); // ends the span of a delivery that reached no outcome (no-op otherwise)
+    this.releaseTwins(d);
     this.running -= 1;
     this.stats.inFlight = this.running;
     if (this.running === 0) this.drained?.();

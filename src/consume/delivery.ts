@@ -41,6 +41,18 @@ export class Delivery implements Identified {
   ackAs: 'acked' | 'duplicate' = 'acked';
   /** performance.now() when its decision to ack was made, for the outcome's `durationMs`. */
   doneAt = 0;
+  /**
+   * Its work is done whether or not its own ack reached the broker: `ack` once its
+   * handler succeeded (or the guard found the work done), `moved` once its copy was
+   * confirmed. A redelivery held behind it is settled by this.
+   */
+  done: 'ack' | 'moved' | undefined = undefined;
+  /**
+   * Redeliveries of this same message that arrived on a newer channel while it was still
+   * running (the broker took it back at a consumer timeout or a channel loss): held, never
+   * run beside it, and settled by its outcome when it ends.
+   */
+  twins: Delivery[] | undefined = undefined;
 
   constructor(
     readonly msg: amqp.ConsumeMessage,

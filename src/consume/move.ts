@@ -64,6 +64,7 @@ export async function moveCopy<T, Tx>(settler: MoveSettling, parts: ConsumerPart
       return false;
     }
     const landed = (): boolean => {
+      d.done = 'moved';
       const acked = settler.ack(d);
       if (!minimal) return acked;
       // Parked instead of moved as asked: counted here, and the caller's outcome is not.

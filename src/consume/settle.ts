@@ -29,9 +29,10 @@ export class Settler<T, Tx> {
   apply(d: Delivery, headers: Record<string, unknown>, decision: Decision): Promise<void> | undefined {
     switch (decision.kind) {
       case 'ack':
+        d.done = 'ack';
+        d.ackAs = decision.duplicate ? 'duplicate' : 'acked';
         if (d.line !== undefined && !this.parts.stopping() && !traced(d.trace)) {
           // Written with the others that succeeded in this turn (see AckLine); counted then.
-          d.ackAs = decision.duplicate ? 'duplicate' : 'acked';
           d.doneAt = performance.now();
           d.line.ackSoon(d);
         } else if (this.ack(d)) {

@@ -159,4 +159,10 @@ export interface ConsumerStats {
   requeued: number;
   redeliveryMoved: number;
   inFlight: number;
+  /**
+   * Times the broker cancelled this consumer (`basic.cancel`: a consumer timeout on a
+   * RabbitMQ 4.3 quorum queue, a deleted queue) or closed its channel because a delivery
+   * outlived the consumer timeout (RabbitMQ before 4.3). The consumer re-attaches each time.
+   */
+  brokerCancels: number;
 }

@@ -28,9 +28,14 @@ describe('two deliveries with one message id through one blip', () => {
     await warren.publish('x', { n: 1 }, { messageId: 'same-id' });
     await warren.publish('x', { n: 1 }, { messageId: 'same-id' });
     await waitFor(() => runs === 2, 'both deliveries to start');
-    cutSocket(await warren.connection.waitReady(5000));
-    await waitFor(() => consumer.stats.acked === 2, 'both to be handled after the blip', 15_000);
+    const before = await warren.connection.waitReady(5000);
+    cutSocket(before);
+    await waitFor(async () => consumer.attached && (await warren.connection.waitReady(5000)) !== before, 'the consumer to re-attach after the blip', 15_000);
+    // The redeliveries are held behind the runs still going (never run beside them) and
+    // settled by their outcome when they end.
     for (const r of release) r();
+    await waitFor(() => consumer.stats.acked === 2, 'both to be handled after the blip', 15_000);
     expect(consumer.stats.redeliveryMoved, 'both redeliveries followed a blip this process saw').toBe(0);
+    expect(runs, 'no second run of either delivery').toBe(2);
   });
 });
