@@ -221,7 +221,9 @@ export class Archive {
     const rate = options.ratePerSecond;
     const leaseMs = options.leaseMs ?? 60_000;
     if (!Number.isInteger(leaseMs) || leaseMs < 1000 || leaseMs > 3_600_000) throw new InvalidOptionError('leaseMs', `${JSON.stringify(leaseMs)} is not a whole number from 1000 to 3600000`);
-    const batchSize = Math.max(1, Math.min(options.batchSize ?? 200, 1000, rate === undefined ? 1000 : Math.ceil(rate * 5)));
+    // Paced, a batch is sent within half its claim's lease: a claim that ran out while its
+    // rows were still being sent would let another replay claim and send them too.
+    const batchSize = Math.max(1, Math.min(options.batchSize ?? 200, 1000, rate === undefined ? 1000 : Math.min(Math.ceil(rate * 5), Math.floor((rate * leaseMs) / 2000))));
     const filter = await this.bounded(options.filter);
     const matched = await this.tables.count(filter);
     const total = options.limit === undefined ? matched : Math.min(matched, options.limit);
@@ -251,6 +253,11 @@ export class Archive {
         if (left <= 0) {
           stopReason = 'limit';
           break;
+        }
+        if (rate !== undefined && firstPublish !== undefined) {
+          // Paced: the wait for the batch's first send comes before its claim, not inside it.
+          await sleep(firstPublish + (sent * 1000) / rate - Date.now(), options.signal);
+          if (options.signal?.aborted) break;
         }
         const claimed = await persist(() => this.tables.claim(filter, { owner, leaseMs, limit: left, ...(cursor !== undefined ? { after: cursor } : {}) }), 30_000);
         cursor = claimed.next;
