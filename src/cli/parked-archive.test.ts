@@ -209,4 +209,27 @@ describe.each(BACKENDS)('warren parked --db on %s', (backend) => {
     const ids = (await takeAll(conn, billing.queue)).map((m) => String(m.properties.messageId));
     expect(ids.sort()).toEqual(timeouts.map((s) => s.id).sort());
   });
+
+  it('a canary replays a few rows and watches them: parked again is a failure (exit 1), quiet for the window a success', async () => {
+    const { store, cli, conn, billing, specs } = await setup(backend);
+    // Claimed oldest failure first: the canary of ValidationError is the oldest of the group.
+    const oldest = specs.filter((s) => s.errorClass === 'ValidationError').at(-1) as ParkedSpec & { id: string };
+    let child: ChildProcess | undefined;
+    const running = cli(['replay', 'billing', '--error-class', 'ValidationError', '--canary', '1', '--window', '60s'], { timeoutMs: 120_000, onSpawn: (c) => (child = c) });
+    await waitFor(async () => (await queueCounts(conn, billing.queue)).ready === 1, 'the canary sent', 60_000);
+    expect(child).toBeDefined();
+    // It fails again, and is parked (archived) again.
+    expect((await takeAll(conn, billing.queue)).map((m) => String(m.properties.messageId))).toEqual([oldest.id]);
+    await store.archive.insert([archiveRow('billing', parkedRaw({ ...oldest, replays: 1, at: new Date(), error: 'bad field, still' }), new Date())]);
+    const failed = await running;
+    expect(failed.code, failed.stderr).toBe(1);
+    expect(failed.stdout).toMatch(new RegExp(`^  row \\d+ \\(${oldest.id}\\): failed again, parked as row \\d+: ValidationError: bad field, still$`, 'm'));
+    expect(failed.stdout).toMatch(/^Canary failed: a replayed message failed again\. 99 rows stay open; fix the cause before replaying them\.$/m);
+
+    const quiet = await cli(['replay', 'billing', '--error-class', 'TimeoutError', '--canary', '2', '--window', '300ms']);
+    expect(quiet.code, quiet.stderr).toBe(0);
+    expect(quiet.stdout).toMatch(/^Canary succeeded: 2 rows replayed; 98 rows stay open\. Replay them with the same filter without --canary\.$/m);
+    expect((await takeAll(conn, billing.queue))).toHaveLength(2);
+    expect((await store.actions.list()).map((a) => [a.action, a.count, a.outcome])).toEqual([['archive.canary', 2, 'ok'], ['archive.canary', 1, 'partial']]);
+  });
 });

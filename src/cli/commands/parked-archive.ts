@@ -10,7 +10,7 @@ import type { ArchiveFilter, ArchiveSummary } from '../../store/archive.js';
 import type { Store } from '../../store/index.js';
 import type { ConsumerTopology } from '../../topology/declaration.js';
 import { actorOf, recordAction, storeSink } from '../actions.js';
-import { DB_FLAGS, list, positiveNumber, str, wholeNumber, type FlagSpecs } from '../args.js';
+import { DB_FLAGS, duration, list, positiveNumber, str, wholeNumber, type FlagSpecs } from '../args.js';
 import { ask, type CommandContext } from '../command.js';
 import { databaseSettings, describeDatabaseError, openDatabase, type DatabaseSettings } from '../context.js';
 import { CliError, EXIT, UsageError, type ExitCode } from '../errors.js';
@@ -29,7 +29,7 @@ export const ARCHIVE_FILTER_FLAGS = {
 } as const satisfies FlagSpecs;
 
 /** What only the archive can answer: given without --db, a usage error names --db. */
-const ARCHIVE_ONLY = ['row', 'header', 'body', 'reason', 'state', 'after', 'newest', 'oldest', 'force'] as const;
+const ARCHIVE_ONLY = ['row', 'header', 'body', 'reason', 'state', 'after', 'newest', 'oldest', 'force', 'canary', 'window'] as const;
 
 /** Flags of the listing order and pages, with --db. */
 export const ARCHIVE_PAGE_FLAGS = {
@@ -289,6 +289,9 @@ export async function archiveReplay(ctx: CommandContext, c: ConsumerTopology): P
   return withArchive(ctx, async (archive, store, db) => {
     const last = await store.archive.lastId();
     const bounded: ArchiveFilter = { ...filter, throughId: last ?? '0' };
+    const canary = wholeNumber(ctx.values, 'canary', 1, 100);
+    if (canary === undefined && ctx.values['window'] !== undefined) throw new UsageError('--window goes with --canary N.');
+    if (canary !== undefined && !dryRun) return canaryReplay(ctx, c, archive, store, db, bounded, canary, { actor, force, rate });
     if (dryRun) {
       const matched = await archive.count(bounded);
       const page = await archive.page({ filter: bounded, order: 'oldest', limit: 20 });
@@ -430,4 +433,36 @@ export async function archiveResolve(ctx: CommandContext, c: ConsumerTopology): 
     else ctx.out(`Resolved ${plural(result.count, `${stateWords(filter)} failure`)} of ${c.name}${matching(filter)}: ${reason.trim()}`);
     return result.stopReason === 'aborted' ? EXIT.interrupted : recorded ? EXIT.ok : EXIT.failed;
   });
+}
+
+/** `parked replay --db --canary N`: N rows first, watched; the verdict says whether to replay the rest. */
+async function canaryReplay(ctx: CommandContext, c: ConsumerTopology, archive: Archive, store: Store<unknown>, db: DatabaseSettings, filter: ArchiveFilter, n: number, o: { actor: string; force: boolean; rate: number | undefined }): Promise<ExitCode> {
+  const windowMs = duration(ctx.values, 'window') ?? 30_000;
+  const { result, recorded } = await recordAction(
+    ctx,
+    storeSink(ctx, store, db.shown),
+    { actor: o.actor, action: 'archive.canary', consumer: c.name, filter: archiveFilterRecord(filter) },
+    async () =>
+      archive.canary(await ctx.connection(), c, {
+        filter,
+        actor: o.actor,
+        count: n,
+        windowMs,
+        pollMs: Math.min(1000, Math.max(10, Math.round(windowMs / 10))),
+        force: o.force,
+        signal: ctx.signal,
+        ...(o.rate !== undefined ? { ratePerSecond: o.rate } : {}),
+        onOutcome: (k) => {
+          if (!ctx.json) ctx.out(`  row ${k.rowId} (${k.messageId ?? 'no id'}): ${k.outcome === 'failed' ? `failed again, parked as row ${k.newRowId ?? '?'}: ${k.error ?? ''}` : k.evidence === 'processed' ? 'handled (the consumer\'s idempotency marker is there)' : k.evidence === 'window' ? `not parked again within ${span(windowMs)}` : 'unknown (no message id to watch)'}`);
+        },
+      }),
+    (r) => ({ count: r.replay.replayed, outcome: r.verdict === 'failed' ? 'partial' : 'ok', detail: { verdict: r.verdict, remaining: r.remaining, windowMs, canaries: r.canaries.map((k) => ({ rowId: k.rowId, outcome: k.outcome, evidence: k.evidence })) } }),
+  );
+  if (ctx.json) ctx.printJson({ consumer: c.name, verdict: result.verdict, remaining: result.remaining, canaries: result.canaries, replayed: result.replay.replayed, alreadyDone: result.replay.alreadyDone });
+  else if (result.verdict === 'empty') ctx.err(`No ${stateWords(filter)} failure of ${c.name}${matching(filter)} to replay${result.replay.alreadyDone > 0 ? ` (${plural(result.replay.alreadyDone, 'row')} already done)` : ''}.`);
+  else if (result.verdict === 'failed') ctx.out(`Canary failed: a replayed message failed again. ${plural(result.remaining, 'row')} stay open; fix the cause before replaying them.`);
+  else ctx.out(`Canary ${result.verdict === 'succeeded' ? 'succeeded' : 'unknown'}: ${plural(result.replay.replayed, 'row')} replayed; ${plural(result.remaining, 'row')} stay open. Replay them with the same filter without --canary.`);
+  if (ctx.signal.aborted) return EXIT.interrupted;
+  const code: ExitCode = result.verdict === 'failed' ? EXIT.failed : EXIT.ok;
+  return recorded || code !== EXIT.ok ? code : EXIT.failed;
 }

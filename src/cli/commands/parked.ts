@@ -252,6 +252,8 @@ const REPLAY_FLAGS: FlagSpecs = {
   ...AUDIT_FILE_FLAG,
   ...ARCHIVE_FILTER_FLAGS,
   force: { type: 'boolean', label: '--force', help: 'with --db: replay rows whose message the consumer has handled since (its idempotency marker exists) too' },
+  canary: { type: 'string', label: '--canary N', help: 'with --db: replay N rows first and watch them for --window: the consumer handled them (its idempotency marker), or they were parked again; the rest waits for a second run' },
+  window: { type: 'string', label: '--window DURATION', help: 'with --canary: how long to watch (e.g. 30s, 2m); default 30s' },
 };
 
 export const parkedReplay: Command = {
