@@ -100,7 +100,7 @@ async function scrapeWithTraffic(): Promise<{ samples: Sample[]; billing: string
   const table = store.retryTable;
   const health = table.health({ carrier: () => true }, { intervalMs: 60_000 });
   const scheduler = table.scheduler({ publisher: warren.publisher, exchange: topology.exchange, relay: false });
-  const metrics = warrenMetrics({ warren, stores: [store], schedulers: [scheduler], health: [health], broker: { management: { url: MGMT_URL }, cacheMs: 0 }, storeCacheMs: 0 });
+  const metrics = warrenMetrics({ warren, stores: [store], schedulers: [scheduler], health: [health], broker: { management: { url: MGMT_URL }, cacheMs: 0 }, storeCacheMs: 0, archive: { store } });
   onTeardown(() => metrics.close());
   await warren.consume<{ kind: string }>(
     billing,
@@ -129,7 +129,7 @@ async function scrapeWithTraffic(): Promise<{ samples: Sample[]; billing: string
 describe('shipped alert rules and dashboard', () => {
   it('name only metrics that a real scrape has, parse as PromQL, and the rules fire where a message is parked and where a stopped consumer has depth', async () => {
     const tool = promtool();
-    const { samples, billing, stopped, parkedQueue, stoppedQueue } = await scrapeWithTraffic();
+    const { samples, billing, stopped, stoppedQueue } = await scrapeWithTraffic();
     const scraped = new Set(samples.map((s) => s.name.replace(/_(bucket|sum|count)$/, '')));
 
     // (a) Every metric the rules and the dashboard name is in the scrape, and in the catalog.
@@ -172,10 +172,10 @@ describe('shipped alert rules and dashboard', () => {
       '      - eval_time: 20m',
       '        alertname: WarrenMessagesParked',
       '        exp_alerts:',
-      `          - exp_labels: { severity: warning, consumer: ${JSON.stringify(billing)}, queue: ${JSON.stringify(parkedQueue)} }`,
+      `          - exp_labels: { severity: warning, consumer: ${JSON.stringify(billing)} }`,
       '            exp_annotations:',
-      `              summary: ${JSON.stringify(`1 message(s) parked for consumer ${billing}`)}`,
-      `              description: ${JSON.stringify(`See them grouped by cause with \`warren parked list ${billing} --group\`; after the fix, \`warren parked replay ${billing}\`.`)}`,
+      `              summary: ${JSON.stringify(`1 failure(s) wait for consumer ${billing} (parked queue and archive)`)}`,
+      `              description: ${JSON.stringify(`See them grouped by cause with \`warren parked list ${billing} --group\` (add \`--db URL\` with an archive); after the fix, \`warren parked replay ${billing}\`.`)}`,
       '      - eval_time: 20m',
       '        alertname: WarrenWorkQueueNoConsumer',
       '        exp_alerts:',
@@ -211,12 +211,67 @@ describe('shipped alert rules and dashboard', () => {
       '      - eval_time: 20m',
       '        alertname: WarrenMessagesParked',
       '        exp_alerts:',
-      '          - exp_labels: { severity: warning, consumer: a, queue: a.parked }',
+      '          - exp_labels: { severity: warning, consumer: a }',
     ].join('\n');
     writeFileSync(join(dir, 'test.yml'), test + '\n');
     const run = spawnSync(tool, ['test', 'rules', join(dir, 'test.yml')], { encoding: 'utf8' });
     expect(run.status).not.toBe(0);
     expect(run.stdout + run.stderr).toMatch(/FAILED[\s\S]*WarrenMessagesParked/);
+  });
+
+  it('WarrenMessagesParked counts the archive\'s open failures plus what the parked queue still holds, with either side alone', () => {
+    const tool = promtool();
+    const dir = tempDir();
+    const test = [
+      'rule_files:',
+      `  - ${JSON.stringify(RULES)}`,
+      'evaluation_interval: 1m',
+      'tests:',
+      '  - interval: 1m',
+      '    input_series:',
+      // drained: the queue reads 0, three failures open in the archive
+      '      - series: \'warren_queue_messages_ready{consumer="drained",role="parked",queue="drained.parked"}\'',
+      '        values: "0x40"',
+      '      - series: \'warren_archive_open_failures{consumer="drained"}\'',
+      '        values: "3x40"',
+      // both: two not ingested yet, five in the archive (scraped by two processes: counted once)
+      '      - series: \'warren_queue_messages_ready{consumer="both",role="parked",queue="both.parked"}\'',
+      '        values: "2x40"',
+      '      - series: \'warren_archive_open_failures{consumer="both",instance="app"}\'',
+      '        values: "5x40"',
+      '      - series: \'warren_archive_open_failures{consumer="both",instance="exporter"}\'',
+      '        values: "5x40"',
+      // queue only: no archive
+      '      - series: \'warren_queue_messages_ready{consumer="plain",role="parked",queue="plain.parked"}\'',
+      '        values: "4x40"',
+      // archive only (no broker figures), and a consumer whose failures were all replayed
+      '      - series: \'warren_archive_open_failures{consumer="store-only"}\'',
+      '        values: "1x40"',
+      '      - series: \'warren_archive_open_failures{consumer="clean"}\'',
+      '        values: "0x40"',
+      '      - series: \'warren_queue_messages_ready{consumer="clean",role="parked",queue="clean.parked"}\'',
+      '        values: "0x40"',
+      '    alert_rule_test:',
+      '      - eval_time: 20m',
+      '        alertname: WarrenMessagesParked',
+      '        exp_alerts:',
+      ...(
+        [
+          ['both', 7],
+          ['drained', 3],
+          ['plain', 4],
+          ['store-only', 1],
+        ] as const
+      ).flatMap(([c, n]) => [
+        `          - exp_labels: { severity: warning, consumer: ${c} }`,
+        '            exp_annotations:',
+        `              summary: ${JSON.stringify(`${n} failure(s) wait for consumer ${c} (parked queue and archive)`)}`,
+        `              description: ${JSON.stringify(`See them grouped by cause with \`warren parked list ${c} --group\` (add \`--db URL\` with an archive); after the fix, \`warren parked replay ${c}\`.`)}`,
+      ]),
+    ].join('\n');
+    writeFileSync(join(dir, 'test.yml'), test + '\n');
+    const run = spawnSync(tool, ['test', 'rules', join(dir, 'test.yml')], { encoding: 'utf8' });
+    expect(run.status, `promtool test rules:\n${run.stdout}${run.stderr}`).toBe(0);
   });
 
   it('a park copy that times out fires WarrenMovesFailing; confirmed copies and application publishes do not', () => {
