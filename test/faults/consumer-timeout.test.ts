@@ -12,7 +12,10 @@
  * key, no `x-consumer-timeout` argument): it cannot be set for one queue, so the test is
  * skipped there.
  *
- * Failed before the fix on 4.3.6: "two runs of one message at once: expected 2 to be 1".
+ * Failed before the fix on 4.3.6: without a store "Timed out after 100000 ms waiting for:
+ * the message to be handled" (each run's ack went to the cancelled consumer, the
+ * redelivery ran again beside it, and so on without end); with the SQLite guard "acked
+ * once: expected +0 to be 1" (the redelivery's run found the work done: a duplicate).
  */
 import { describe, expect, it } from 'vitest';
 import type { Logger, TopologyOptions } from '../../src/index.js';
