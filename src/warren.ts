@@ -2,6 +2,7 @@ import { EventEmitter } from 'node:events';
 import { ArchiveIngester } from './archive/ingest.js';
 import type { ArchiveIngestOptions } from './archive/types.js';
 import { BrokerConnection, redactUrl, type BrokerNode, type ConnectionOptions } from './connection/index.js';
+import type { IntakeState } from './breaker/index.js';
 import { Consumer } from './consume/consumer.js';
 import type { ConsumerOptions, Handler } from './consume/types.js';
 import { ClosedError, InvalidOptionError } from './errors.js';
@@ -313,7 +314,11 @@ export class Warren extends EventEmitter {
       reasons.push({ component: 'topology', fails: 'ready', message: `the last declaration failed: ${why}` });
     }
     for (const consumer of this.consumers) {
-      if (!consumer.attached) {
+      const intake = consumer.intake;
+      if (!intake.consuming) {
+        // Paused on purpose: alive and ready, and saying why it takes nothing.
+        reasons.push({ component: `consumer ${consumer.name}`, fails: 'none', message: pausedText(consumer.declaration.queue, intake) });
+      } else if (!consumer.attached) {
         const waiting = this.connection.connected ? 're-attaching' : 'it attaches when the connection is up';
         reasons.push({ component: `consumer ${consumer.name}`, fails: 'ready', message: `not attached to queue ${consumer.declaration.queue}; ${waiting}` });
       }
@@ -330,4 +335,15 @@ export class Warren extends EventEmitter {
     await Promise.all([this.publisher.close(), this.mover.close()]);
     await Promise.all([this.connection.close(), this.publishConnection.close()]);
   }
+}
+
+/** Why a paused consumer takes no messages, for health and logs. */
+export function pausedText(queue: string, intake: IntakeState): string {
+  const parts: string[] = [];
+  if (intake.hand !== undefined) parts.push(`paused by hand by ${intake.hand.actor} since ${intake.hand.since.toISOString()}: ${intake.hand.reason}`);
+  if (intake.open !== undefined) {
+    const next = intake.open.nextProbeAt === undefined ? (intake.breaker === 'half-open' ? '; a probe is running' : '') : `; next probe at ${intake.open.nextProbeAt.toISOString()}`;
+    parts.push(`breaker ${intake.breaker} since ${intake.open.since.toISOString()}: ${intake.open.reason}${next}`);
+  }
+  return `takes no messages (${parts.join('; ')}); they wait in queue ${queue}`;
 }

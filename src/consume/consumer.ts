@@ -9,6 +9,8 @@ import type { ConsumerTopology, Topology } from '../topology/declaration.js';
 import type { Publisher } from '../publish/publisher.js';
 import { checkPolicy } from '../retry-table/wait.js';
 import { closeChannel } from '../connection/channel.js';
+import { Breaker, breakerSettings, checkActor, verdictOf, type IntakeState, type ProbeStart } from '../breaker/index.js';
+import type { ActionLog } from '../audit/entry.js';
 import { AckLine } from './acks.js';
 import { BlipMemory } from './blips.js';
 import { Delivery, deliveryKey, idOf } from './delivery.js';
@@ -44,6 +46,14 @@ function droppedMidway(error: unknown): boolean {
   return /Channel ended|Channel closed|Connection closed|Connection closing|ECONNRESET|EPIPE|socket hang up/i.test(text);
 }
 
+/** Options of {@link Consumer.pause} and {@link Consumer.resume}. */
+export interface PauseOptions {
+  /** Who did it, for the log and the action record. @default user@host */
+  actor?: string;
+  /** Where the pause or resume is recorded (a store's `store.actions`, or `fileActionLog(path)`). */
+  audit?: ActionLog;
+}
+
 function int(value: number | undefined, fallback: number, option: string, min: number, max: number): number {
   const v = value ?? fallback;
   if (!Number.isInteger(v) || v < min || v > max) throw new InvalidOptionError(option, `${v} is not a whole number from ${min} to ${max}`);
@@ -62,6 +72,8 @@ function int(value: number | undefined, fallback: number, option: string, min: n
  * the decision out the `Settler`'s.
  *
  * Events: `outcome` ({@link Outcome}), `cancelled` (the broker cancelled the consumer),
+ * `paused` and `resumed` (`{ consumer, by, reason, ... }`: the breaker or a hand pause,
+ * see docs/breaker.md), `probe` (`{ consumer, result }`: a half-open breaker's message),
  * `error` is never emitted (failures are logged), so no listener is required.
  */
 export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
@@ -110,6 +122,12 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
    * redelivery is acked by that outcome instead of being run again. Bounded, short-lived.
    */
   private readonly doneUnacked = new Map<number, { until: number; count: number; done: 'ack' | 'moved'; ackAs: 'acked' | 'duplicate' }>();
+  /** The breaker and the hand pause: whether this consumer takes messages (see docs/breaker.md). */
+  private readonly breaker: Breaker;
+  /** The delivery a half-open breaker let through, until its decision. */
+  private probing: Delivery | undefined;
+  /** Intake changes, one after another (a cancel and a consume never cross). */
+  private intakeWork: Promise<void> = Promise.resolve();
 
   constructor(
     private readonly connection: BrokerConnection,
@@ -162,7 +180,15 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       current: (ch) => this.channel === ch,
       stopping: () => this.stopping,
       emit: (outcome) => void this.emit('outcome', outcome),
+      decided: (d, decision) => this.decided(d, decision),
     };
+    this.breaker = new Breaker(breakerSettings(options.breaker), {
+      name: this.name,
+      logger: this.logger,
+      intakeChanged: () => this.intakeChanged(),
+      probe: () => this.probe(),
+      emit: (event, payload) => void this.emit(event, payload),
+    });
     this.settler = new Settler(this.parts);
     this.processor = new Processor(this.parts, handler, decoder, idReader, this.clock, this.settler);
   }
@@ -180,6 +206,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       await this.attach(model);
     };
     this.unregister = () => this.connection.offReady(hook);
+    this.breaker.start();
     try {
       await this.connection.onReady(hook);
     } catch (error) {
@@ -199,6 +226,106 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   /** True while the consumer is attached to its queue. */
   get attached(): boolean {
     return this.channel !== undefined && this.consumerTag !== undefined;
+  }
+
+  /** Whether the consumer takes messages, and if not why: its breaker, a hand pause (see docs/breaker.md). */
+  get intake(): IntakeState {
+    return this.breaker.intake();
+  }
+
+  /**
+   * Stops taking messages until {@link resume}: the broker consumer is cancelled, the
+   * deliveries that never started go back to the head of the queue (not moved, no
+   * attempt counted), and those running finish as they would. The breaker never lifts a
+   * hand pause. Logged, emitted as `paused`, and recorded in `audit` when given.
+   * Resolves false when the consumer was already paused by hand.
+   *
+   * @example await consumer.pause('carrier maintenance until 14:00', { actor: 'alice' });
+   */
+  async pause(reason: string, options: PauseOptions = {}): Promise<boolean> {
+    if (typeof reason !== 'string' || reason.trim() === '' || reason.length > 500) throw new InvalidOptionError('reason', `${JSON.stringify(reason)} is not a reason of 1 to 500 characters`, 'Say why, e.g. pause("carrier maintenance").');
+    const actor = checkActor(options.actor);
+    const done = this.breaker.pauseByHand(reason, actor);
+    await this.intakeWork;
+    if (done) await options.audit?.record({ actor, action: 'consumer.pause', consumer: this.name, count: 1, outcome: 'ok', detail: { reason } });
+    return done;
+  }
+
+  /**
+   * Lifts a hand pause: the consumer consumes again, unless its breaker is open (it then
+   * probes as it would have). Resolves false when there was no hand pause.
+   */
+  async resume(options: PauseOptions = {}): Promise<boolean> {
+    const actor = checkActor(options.actor);
+    const done = this.breaker.resumeByHand(actor);
+    await this.intakeWork;
+    if (done) await options.audit?.record({ actor, action: 'consumer.resume', consumer: this.name, count: 1, outcome: 'ok' });
+    return done;
+  }
+
+  /** A delivery's decision, before it is carried out: what the breaker learns from. */
+  private decided(d: Delivery, decision: Parameters<typeof verdictOf>[0]): void {
+    const probe = d === this.probing;
+    if (probe) this.probing = undefined;
+    this.breaker.observe(verdictOf(decision), probe);
+  }
+
+  /** The breaker or a hand pause changed whether the consumer should take messages. */
+  private intakeChanged(): void {
+    this.intakeWork = this.intakeWork.then(() => this.syncIntake()).catch((error: unknown) => {
+      this.logger.warn('could not change the consumer\'s intake; its next attach does', { consumer: this.name, error: errorText(error) });
+    });
+  }
+
+  /** Cancels or re-creates the broker consumer, as the intake should be. */
+  private async syncIntake(): Promise<void> {
+    const ch = this.channel;
+    if (ch === undefined || this.closed || this.stopping) return; // the next attach does as the intake says
+    if (!this.breaker.intakeOpen) {
+      const tag = this.consumerTag;
+      if (tag === undefined) return;
+      this.consumerTag = undefined;
+      await ch.cancel(tag);
+      // What came and never started goes back to the head of the queue, remembered as a
+      // blip (its redelivery is no death). Not a copy to the back: the order is kept.
+      const back = this.waiting.filter((d) => d.ch === ch);
+      this.forget(ch);
+      for (const d of back) this.settler.requeue(d);
+      this.logger.info('consumer stopped taking messages', { consumer: this.name, queue: this.declaration.queue, givenBack: back.length, running: this.running });
+      return;
+    }
+    const line = this.lines.get(ch);
+    if (this.consumerTag !== undefined || line === undefined) return;
+    await this.consumeOn(ch, line);
+    this.logger.info('consumer takes messages again', { consumer: this.name, queue: this.declaration.queue });
+  }
+
+  private async consumeOn(ch: amqp.Channel, line: AckLine<Delivery>): Promise<void> {
+    const reply = await ch.consume(this.declaration.queue, (msg) => this.onMessage(ch, line, msg), { noAck: false });
+    if (this.channel !== ch || this.closed || this.stopping || !this.breaker.intakeOpen) {
+      // Paused, closed or lost while the consume was on its way.
+      if (this.channel === ch) await ch.cancel(reply.consumerTag).catch(() => undefined);
+      return;
+    }
+    this.consumerTag = reply.consumerTag;
+  }
+
+  /** The half-open breaker's one message: taken with basic.get and run as any delivery. */
+  private async probe(): Promise<ProbeStart> {
+    const ch = this.channel;
+    const line = ch === undefined ? undefined : this.lines.get(ch);
+    if (ch === undefined || line === undefined || this.closed || this.stopping) return 'unavailable';
+    const msg = await ch.get(this.declaration.queue, { noAck: false });
+    if (msg === false) return 'empty';
+    if (this.channel !== ch) return 'unavailable'; // its channel closed: the broker has it back
+    const d = new Delivery(msg as unknown as amqp.ConsumeMessage, ch, line);
+    line.arrived(d);
+    // A redelivery of a run still going here is settled by that run: no verdict from it.
+    if (msg.fields.redelivered && this.heldBehindFirst(d)) return 'unavailable';
+    this.probing = d;
+    this.logger.info('breaker half-open: one message goes through', { consumer: this.name, messageId: msg.properties.messageId as string | undefined });
+    this.begin(d);
+    return 'taken';
   }
 
   private attach(model: amqp.ChannelModel): Promise<void> {
@@ -228,11 +355,10 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       this.channel = ch;
       const line = new AckLine<Delivery>(ch, this.settler.acked, 2 * this.prefetch + 64);
       this.lines.set(ch, line);
-      const reply = await ch.consume(this.declaration.queue, (msg) => this.onMessage(ch, line, msg), { noAck: false });
-      this.consumerTag = reply.consumerTag;
+      if (this.breaker.intakeOpen) await this.consumeOn(ch, line);
       if (await abandon()) return;
       this.reattachAttempt = 0;
-      this.logger.info('consumer attached', { consumer: this.name, queue: this.declaration.queue });
+      this.logger.info(this.breaker.intakeOpen ? 'consumer attached' : 'consumer attached, paused: it takes no messages', { consumer: this.name, queue: this.declaration.queue });
     })().finally(() => {
       this.attaching = undefined;
     });
@@ -240,6 +366,10 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   }
 
   private onChannelClose(ch: amqp.Channel): void {
+    if (this.probing?.ch === ch) {
+      this.probing = undefined;
+      this.breaker.probeLost();
+    }
     this.rememberInFlight(ch);
     // Deliveries waiting on this channel went back to the queue with it: never start them.
     this.forget(ch);
@@ -287,7 +417,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     try {
       const model = await this.connection.waitReady(30_000);
       if (why === 'cancelled') await declareTopology(model, this.topology, this.name);
-      if (this.channel && !this.consumerTag) {
+      if (this.channel && !this.consumerTag && this.breaker.intakeOpen) {
         const old = this.channel;
         this.channel = undefined;
         this.rememberInFlight(old);
@@ -351,14 +481,16 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   }
 
   private pump(): void {
-    while (!this.stopping && this.running < this.concurrency && this.waiting.length > 0) {
-      const d = this.waiting.shift() as Delivery;
-      d.slot = this.freeSlots.length > 0 ? (this.freeSlots.pop() as number) : this.inFlight.length;
-      this.inFlight[d.slot] = d;
-      this.running += 1;
-      this.stats.inFlight = this.running;
-      void this.deliver(d);
-    }
+    // Paused, the waiting deliveries are given back (see syncIntake), never started.
+    while (!this.stopping && this.breaker.intakeOpen && this.running < this.concurrency && this.waiting.length > 0) this.begin(this.waiting.shift() as Delivery);
+  }
+
+  private begin(d: Delivery): void {
+    d.slot = this.freeSlots.length > 0 ? (this.freeSlots.pop() as number) : this.inFlight.length;
+    this.inFlight[d.slot] = d;
+    this.running += 1;
+    this.stats.inFlight = this.running;
+    void this.deliver(d);
   }
 
   /**
@@ -463,6 +595,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     if (this.closed) return;
     this.stopping = true;
     this.unregister?.();
+    this.breaker.dispose();
     if (this.reattachTimer) clearTimeout(this.reattachTimer);
     const stepMs = Math.min(Math.max(this.shutdownTimeoutMs, 1_000), 5_000);
     const step = async (what: string, work: Promise<unknown>): Promise<void> => {

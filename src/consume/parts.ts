@@ -7,6 +7,8 @@ import type { BrokerConnection } from '../connection/index.js';
 import type { Topology } from '../topology/declaration.js';
 import type { Publisher } from '../publish/publisher.js';
 import type { BlipMemory } from './blips.js';
+import type { Decision } from './contract.js';
+import type { Delivery } from './delivery.js';
 import type { PathParts } from './path.js';
 import type { ConsumerStats, Outcome } from './types.js';
 
@@ -27,6 +29,8 @@ export interface ConsumerParts<T, Tx> extends PathParts<T, Tx> {
   stopping(): boolean;
   /** Tells the consumer's `outcome` listeners (a listener's throw comes back here). */
   emit(outcome: Outcome): void;
+  /** A delivery's decision, before it is carried out (the breaker learns from it). */
+  decided(d: Delivery, decision: Decision): void;
 }
 
 /** What `work` resolves to, or 'timeout' after `ms` (none below 0), whichever is first. `work` must not reject. */

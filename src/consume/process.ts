@@ -30,7 +30,12 @@ export class Processor<T, Tx> {
     private readonly clock: HandlerClock,
     settler: Settler<T, Tx>,
   ) {
-    this.path = new DeliveryPath<T, Tx, Delivery>(parts, decoder, idReader, this.start, settler.apply.bind(settler));
+    // Each decision is told to the consumer (its breaker learns from it) before it is carried out.
+    const apply = settler.apply.bind(settler);
+    this.path = new DeliveryPath<T, Tx, Delivery>(parts, decoder, idReader, this.start, (d, headers, decision) => {
+      parts.decided(d, decision);
+      return apply(d, headers, decision);
+    });
   }
 
   /** Processes `d` to its outcome. Rejects only when its failure path threw (the consumer's last resort takes it). */

@@ -1,4 +1,5 @@
 import type { Logger } from '../logger.js';
+import type { BreakerOptions } from '../breaker/index.js';
 import type { RetryTablePolicy } from '../retry-table/wait.js';
 import type { Classifier } from './classify.js';
 import type { Decoder } from './decode.js';
@@ -113,6 +114,18 @@ export interface ConsumerOptions<T = unknown, Tx = undefined> {
    * @default 300000
    */
   storeOutageHoldMs?: number;
+  /**
+   * Stops taking messages while a dependency is down, instead of failing each one: `true`
+   * for the defaults (open after 5 transient failures in a row; probe one message after
+   * 1 s, doubling to 30 s), or options naming health checks to follow. Off by default:
+   * with it on, a bug that throws on every message of one kind stops the whole consumer
+   * rather than parking those messages, so each team chooses it per consumer. See docs/breaker.md.
+   * @default false
+   *
+   * @example
+   * { breaker: { health: store.retryTable.health({ carrier: 'http://carrier/health' }), dependencies: ['carrier'] } }
+   */
+  breaker?: BreakerOptions | boolean;
   /** @default the Warren's logger */
   logger?: Logger;
   /**

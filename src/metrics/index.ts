@@ -365,6 +365,33 @@ export function warrenMetrics(options: WarrenMetricsOptions = {}): WarrenMetrics
     }),
   );
 
+  make(METRICS.paused, (c) =>
+    new Gauge({
+      ...c,
+      collect() {
+        this.reset();
+        for (const k of consumers) {
+          const intake = k.intake;
+          if (intake.hand !== undefined) this.set({ consumer: k.name, reason: 'hand' }, 1);
+          if (intake.open !== undefined) this.set({ consumer: k.name, reason: intake.open.by === 'dependency' ? `dependency:${intake.open.dependency}` : 'failures' }, 1);
+        }
+      },
+    }),
+  );
+  make(METRICS.breakerOpen, (c) =>
+    new Gauge({
+      ...c,
+      collect() {
+        this.reset();
+        for (const k of consumers) {
+          const intake = k.intake;
+          if (intake.breaker !== 'off') this.inc({ consumer: k.name }, intake.openMs / 1000);
+        }
+      },
+    }),
+  );
+  const probes = make(METRICS.breakerProbes, (c) => new Counter(c));
+
   const instrument = (consumer: Consumer<unknown, unknown>): void => {
     if (consumers.has(consumer)) return;
     consumers.add(consumer);
@@ -393,11 +420,14 @@ export function warrenMetrics(options: WarrenMetricsOptions = {}): WarrenMetrics
       else if (outcome.kind === 'waiting') waits.inc({ consumer: name, dependency: outcome.dependency });
     };
     const onCancelled = () => cancellations.inc({ consumer: name });
+    const onProbe = (p: { result: string }) => probes.inc({ consumer: name, result: p.result });
     consumer.on('outcome', onOutcome);
     consumer.on('cancelled', onCancelled);
+    consumer.on('probe', onProbe);
     undo.push(() => {
       consumer.off('outcome', onOutcome);
       consumer.off('cancelled', onCancelled);
+      consumer.off('probe', onProbe);
     });
   };
 

@@ -62,6 +62,8 @@ export interface HealthState {
   /** The last check passed. */
   readonly healthy: boolean | undefined;
   readonly consecutiveFailures: number;
+  /** Consecutive failures at which the dependency counts as down (its rows pause, a consumer's breaker opens). */
+  readonly failuresToPause: number;
   /** The monitor paused the dependency's rows and has not resumed them yet. */
   readonly paused: boolean;
   readonly lastError: string | undefined;
@@ -134,8 +136,13 @@ export class HealthMonitor extends EventEmitter {
   /** False until the pauses in force were read, so each check knows whether its dependency is paused. */
   private synced = false;
 
+  /**
+   * @param table the retry table whose rows the checks pause and resume; `undefined` for
+   * checks that only report (what {@link dependencyChecks} makes: a consumer's breaker
+   * listens to them without a store).
+   */
   constructor(
-    private readonly table: HealthHost,
+    private readonly table: HealthHost | undefined,
     checks: HealthChecks,
     options: HealthMonitorOptions = {},
   ) {
@@ -143,7 +150,7 @@ export class HealthMonitor extends EventEmitter {
     if (typeof checks !== 'object' || checks === null || Object.keys(checks).length === 0) {
       throw new InvalidOptionError('checks', 'expected at least one check, e.g. { carrier: "http://carrier.internal/health" }');
     }
-    this.logger = options.logger === undefined ? table.logger : toLogger(options.logger);
+    this.logger = options.logger === undefined && table !== undefined ? table.logger : toLogger(options.logger);
     const intervalMs = int(options.intervalMs, 5000, 'intervalMs', 1, 86_400_000);
     const failuresToPause = int(options.failuresToPause, 3, 'failuresToPause', 1, 1000);
     const timeoutMs = int(options.timeoutMs, 2000, 'timeoutMs', 1, 600_000);
@@ -155,17 +162,18 @@ export class HealthMonitor extends EventEmitter {
       if (typeof spec.check === 'string') run = urlCheck(spec.check, option);
       else if (typeof spec.check === 'function') run = functionCheck(spec.check);
       else throw new InvalidOptionError(option, 'expected a function, an http(s) URL, or { check, intervalMs?, failuresToPause?, timeoutMs? }');
+      const own = int(spec.failuresToPause, failuresToPause, `${option}.failuresToPause`, 1, 1000);
       this.checks.push({
         dependency,
         run,
         intervalMs: int(spec.intervalMs, intervalMs, `${option}.intervalMs`, 1, 86_400_000),
-        failuresToPause: int(spec.failuresToPause, failuresToPause, `${option}.failuresToPause`, 1, 1000),
+        failuresToPause: own,
         timeoutMs: int(spec.timeoutMs, timeoutMs, `${option}.timeoutMs`, 1, 600_000),
-        state: { dependency, healthy: undefined, consecutiveFailures: 0, paused: false, lastError: undefined, lastCheckAt: undefined },
+        state: { dependency, healthy: undefined, consecutiveFailures: 0, failuresToPause: own, paused: false, lastError: undefined, lastCheckAt: undefined },
         timer: undefined,
         running: undefined,
       });
-      table.nameDependency(dependency);
+      table?.nameDependency(dependency);
     }
   }
 
@@ -187,6 +195,10 @@ export class HealthMonitor extends EventEmitter {
 
   /** Reads which dependencies a health check holds paused; tried again by each check until it works. */
   private async sync(): Promise<void> {
+    if (this.table === undefined) {
+      this.synced = true;
+      return;
+    }
     try {
       const holds = await this.table.holds();
       for (const c of this.checks) c.state.paused = holds.some((h) => isOwnHold(h, c.dependency));
@@ -253,21 +265,23 @@ export class HealthMonitor extends EventEmitter {
     }
     this.emit('check', { ...c.state });
     if (!this.synced) await this.sync();
+    const table = this.table;
+    if (table === undefined) return;
     try {
       if (failure !== undefined && c.state.paused && c.state.consecutiveFailures >= c.failuresToPause) {
         // Still failing: make sure the pause is still there (an operator's resume, or another
         // process's monitor, may have lifted it); if not, pause again.
-        const holds = await this.table.holds();
+        const holds = await table.holds();
         if (!holds.some((h) => isOwnHold(h, c.dependency))) c.state.paused = false;
       }
       if (failure !== undefined && !c.state.paused && c.state.consecutiveFailures >= c.failuresToPause) {
-        const rows = await this.table.pause({ dependency: c.dependency }, { actor: actorOf(c.dependency), allowUnknown: true });
+        const rows = await table.pause({ dependency: c.dependency }, { actor: actorOf(c.dependency), allowUnknown: true });
         c.state.paused = true;
         this.stats.paused++;
         this.logger.warn('dependency failing its health check: its retry rows are paused', { dependency: c.dependency, failures: c.state.consecutiveFailures, rows, error: failure });
         this.emit('pause', { dependency: c.dependency, rows });
       } else if (failure === undefined && c.state.paused) {
-        const rows = await this.table.resume({ dependency: c.dependency }, { actor: actorOf(c.dependency), allowUnknown: true, dueNow: true, ownPausesOnly: true });
+        const rows = await table.resume({ dependency: c.dependency }, { actor: actorOf(c.dependency), allowUnknown: true, dueNow: true, ownPausesOnly: true });
         c.state.paused = false;
         this.stats.resumed++;
         this.logger.info('dependency passing its health check again: its retry rows are resumed, due now', { dependency: c.dependency, rows });
@@ -278,6 +292,20 @@ export class HealthMonitor extends EventEmitter {
       this.logger.warn('health check could not change the retry table; trying at the next check', { dependency: c.dependency, error: error instanceof Error ? error.message : String(error) });
     }
   }
+}
+
+/**
+ * Health checks that only report: each dependency's state and a `check` event per run,
+ * pausing no retry-table rows (there is no table). What a consumer's breaker listens to
+ * in an application without a store; with one, `store.retryTable.health(checks)` serves both.
+ *
+ * @example
+ * const checks = dependencyChecks({ carrier: 'http://carrier.internal/health' }, { intervalMs: 2000 });
+ * await checks.start();
+ * await warren.consume('shipping', ship, { breaker: { health: checks, dependencies: ['carrier'] } });
+ */
+export function dependencyChecks(checks: HealthChecks, options: HealthMonitorOptions = {}): HealthMonitor {
+  return new HealthMonitor(undefined, checks, options);
 }
 
 /** The audit actor of a health check. */

@@ -21,7 +21,7 @@ export * from './types.js';
 export { checkFilter } from './filter.js';
 export { WaitForConditionError, isWaitForCondition, decideWait, DEFAULT_WAIT_MS, DEFAULT_WAIT_ATTEMPTS, type WaitOptions, type WaitRule, type RetryTablePolicy, type RetryTableSink, type WaitDecision, type ErrorClass } from './wait.js';
 export { RetryScheduler, type RetrySchedulerOptions, type SchedulerHost, type SchedulerStats } from './scheduler.js';
-export { HealthMonitor, type HealthCheck, type HealthChecks, type HealthHost, type HealthMonitorOptions, type HealthState, type HealthStats } from './health.js';
+export { HealthMonitor, dependencyChecks, type HealthCheck, type HealthChecks, type HealthHost, type HealthMonitorOptions, type HealthState, type HealthStats } from './health.js';
 
 /** A dependency no row, hold, rule or health check names: probably a typo. */
 export class UnknownDependencyError extends WarrenError {

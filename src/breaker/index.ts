@@ -1,0 +1,418 @@
+/**
+ * A consumer's breaker: when a dependency is down, the consumer stops taking messages
+ * instead of failing each one (DESIGN invariant 15). It opens when a named dependency's
+ * health check fails (the same checks the retry table uses) or when the consumer's
+ * transient failures pass a threshold; while open, messages wait in the work queue, in
+ * order, with no attempt counted. Half-open, it lets one message through at a time, at an
+ * interval that backs off; a success closes it. A hand pause sits beside it, and the
+ * breaker never lifts one.
+ *
+ * This file is the state machine and its options; the consumer does the I/O (cancelling
+ * its broker consumer, taking a probe with `basic.get`) through a {@link BreakerHost}.
+ */
+import { hostname, userInfo } from 'node:os';
+import { InvalidOptionError } from '../errors.js';
+import type { Logger } from '../logger.js';
+import type { HealthState } from '../retry-table/health.js';
+import type { Decision } from '../consume/contract.js';
+
+/** Where the breaker hears of dependencies: a `HealthMonitor` (`store.retryTable.health(checks)` or `dependencyChecks(checks)`). */
+export interface DependencyHealth {
+  states(): HealthState[];
+  on(event: 'check', listener: (state: HealthState) => void): unknown;
+  off(event: 'check', listener: (state: HealthState) => void): unknown;
+}
+
+/** When a consumer's share of failures opens its breaker. */
+export interface FailureRateOptions {
+  /** The share of failed deliveries (above 0, at most 1) that opens the breaker. */
+  share: number;
+  /**
+   * The window the share is measured over.
+   * @default 30000
+   */
+  windowMs?: number;
+  /**
+   * Deliveries in the window before the share counts: two failures out of three say little.
+   * @default 20
+   */
+  minimum?: number;
+}
+
+/** Options of a consumer's breaker (`consume(name, handler, { breaker })`). `true` takes every default. */
+export interface BreakerOptions {
+  /**
+   * Transient failures in a row (a retry, a retry-table wait, a park at the cap) that
+   * open the breaker. A success resets the count; a permanent error or a bad payload
+   * counts neither way (it is the message's fault, not a dependency's).
+   * @default 5
+   */
+  consecutiveFailures?: number;
+  /**
+   * Also open when this share of deliveries failed within a window.
+   * @default off
+   */
+  failureRate?: FailureRateOptions;
+  /** The health checks to follow; `dependencies` names which of them this consumer needs. */
+  health?: DependencyHealth;
+  /**
+   * Dependencies (names of checks in `health`) whose failing check opens the breaker: at
+   * the check's own `failuresToPause` consecutive failures, the same point where the retry
+   * table pauses their rows. While one is failing the breaker sends no probe; once every
+   * one passes again it probes at once.
+   * @default every check in `health`
+   */
+  dependencies?: readonly string[];
+  /**
+   * Time from the opening to the first probe, doubled after each failed probe.
+   * @default 1000
+   */
+  probeMs?: number;
+  /**
+   * The longest time between two probes.
+   * @default 30000
+   */
+  maxProbeMs?: number;
+}
+
+/** The breaker's options, checked and with their defaults. */
+export interface BreakerSettings {
+  readonly consecutiveFailures: number;
+  readonly failureRate: Readonly<Required<FailureRateOptions>> | undefined;
+  readonly health: DependencyHealth | undefined;
+  readonly dependencies: readonly string[] | undefined;
+  readonly probeMs: number;
+  readonly maxProbeMs: number;
+}
+
+/** The defaults, in one place (docs/breaker.md lists them). */
+export const BREAKER_DEFAULTS = Object.freeze({ consecutiveFailures: 5, windowMs: 30_000, minimum: 20, probeMs: 1000, maxProbeMs: 30_000 });
+
+function whole(value: unknown, fallback: number, option: string, min: number, max: number): number {
+  const v = value ?? fallback;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) throw new InvalidOptionError(option, `${JSON.stringify(v)} is not a whole number from ${min} to ${max}`);
+  return v;
+}
+
+/** Checks a consumer's `breaker` option once; `undefined` when it is off. */
+export function breakerSettings(given: BreakerOptions | boolean | undefined): BreakerSettings | undefined {
+  if (given === undefined || given === false) return undefined;
+  const o: BreakerOptions = given === true ? {} : given;
+  if (typeof o !== 'object' || o === null) throw new InvalidOptionError('breaker', `${JSON.stringify(given)} is not true, false or an object of breaker options`);
+  let failureRate: BreakerSettings['failureRate'];
+  if (o.failureRate !== undefined) {
+    const r = o.failureRate;
+    if (typeof r !== 'object' || r === null || typeof r.share !== 'number' || !(r.share > 0 && r.share <= 1)) {
+      throw new InvalidOptionError('breaker.failureRate', 'expected { share, windowMs?, minimum? } with a share above 0 and at most 1, e.g. { share: 0.5 }');
+    }
+    failureRate = Object.freeze({
+      share: r.share,
+      windowMs: whole(r.windowMs, BREAKER_DEFAULTS.windowMs, 'breaker.failureRate.windowMs', 100, 3_600_000),
+      minimum: whole(r.minimum, BREAKER_DEFAULTS.minimum, 'breaker.failureRate.minimum', 1, 100_000),
+    });
+  }
+  const health = o.health;
+  if (health !== undefined && (typeof health !== 'object' || health === null || typeof health.states !== 'function' || typeof health.on !== 'function')) {
+    throw new InvalidOptionError('breaker.health', 'expected a health monitor, such as store.retryTable.health(checks) or dependencyChecks(checks)');
+  }
+  let dependencies: readonly string[] | undefined;
+  if (o.dependencies !== undefined) {
+    if (!Array.isArray(o.dependencies) || o.dependencies.some((d) => typeof d !== 'string')) throw new InvalidOptionError('breaker.dependencies', 'expected a list of dependency names');
+    if (health === undefined) throw new InvalidOptionError('breaker.dependencies', 'names dependencies, but there is no `health` to hear their checks from', 'Pass breaker.health: store.retryTable.health(checks) or dependencyChecks(checks).');
+    const known = new Set(health.states().map((s) => s.dependency));
+    const unknown = o.dependencies.filter((d) => !known.has(d));
+    if (unknown.length > 0) throw new InvalidOptionError('breaker.dependencies', `no health check for ${unknown.map((d) => `'${d}'`).join(', ')}`, `Checks: ${[...known].join(', ') || '(none)'}.`);
+    dependencies = Object.freeze([...o.dependencies]);
+  }
+  const probeMs = whole(o.probeMs, BREAKER_DEFAULTS.probeMs, 'breaker.probeMs', 1, 3_600_000);
+  const maxProbeMs = whole(o.maxProbeMs, Math.max(BREAKER_DEFAULTS.maxProbeMs, probeMs), 'breaker.maxProbeMs', probeMs, 3_600_000);
+  return Object.freeze({
+    consecutiveFailures: whole(o.consecutiveFailures, BREAKER_DEFAULTS.consecutiveFailures, 'breaker.consecutiveFailures', 1, 100_000),
+    failureRate,
+    health,
+    dependencies,
+    probeMs,
+    maxProbeMs,
+  });
+}
+
+/** The actor of a hand pause or resume: as given (1 to 200 characters), else `user@host`. */
+export function checkActor(actor: unknown): string {
+  if (actor === undefined) {
+    let user = 'unknown';
+    try {
+      user = userInfo().username || user;
+    } catch {
+      // No passwd entry (some containers): keep 'unknown'.
+    }
+    return `${user}@${hostname()}`;
+  }
+  if (typeof actor !== 'string' || actor.trim() === '' || actor.length > 200) throw new InvalidOptionError('actor', `${JSON.stringify(actor)} is not a name of 1 to 200 characters`);
+  return actor;
+}
+
+/** What a decision says of the consumer's dependencies. */
+export type Verdict = 'success' | 'failure' | 'neutral';
+
+/**
+ * A decision's verdict: an ack is a success; a retry, a retry-table wait or a park at the
+ * cap is a transient failure; anything else (a permanent error, a bad payload, the
+ * crash-loop guard) is the message's own and says nothing of a dependency.
+ */
+export function verdictOf(decision: Decision): Verdict {
+  switch (decision.kind) {
+    case 'ack':
+      return 'success';
+    case 'retry':
+    case 'wait':
+      return 'failure';
+    case 'park':
+      return decision.reason === 'max-attempts' ? 'failure' : 'neutral';
+    default:
+      return 'neutral';
+  }
+}
+
+/** What a probe found: a message taken (its verdict comes later), or nothing to take. */
+export type ProbeStart = 'taken' | 'empty' | 'unavailable';
+
+/** How a probe ended, for metrics and events. */
+export type ProbeResult = 'success' | 'failure' | 'neutral' | 'empty' | 'lost';
+
+/** What the breaker needs of its consumer. */
+export interface BreakerHost {
+  readonly name: string;
+  readonly logger: Logger;
+  /** Intake should now be open (or closed): the consumer re-consumes, or cancels and gives back what never started. */
+  intakeChanged(): void;
+  /** Takes one message (basic.get) and runs it; its decision comes back to {@link Breaker.observe} with `probe` true. */
+  probe(): Promise<ProbeStart>;
+  /** Tells the consumer's listeners. */
+  emit(event: 'paused' | 'resumed' | 'probe', payload: object): void;
+}
+
+/** Why a consumer takes no messages. */
+export type PauseCause =
+  | { readonly by: 'failures'; readonly reason: string }
+  | { readonly by: 'dependency'; readonly dependency: string; readonly reason: string }
+  | { readonly by: 'hand'; readonly reason: string; readonly actor: string };
+
+/** A consumer's intake: consuming, or paused and why. */
+export interface IntakeState {
+  /** True while the consumer takes messages. */
+  readonly consuming: boolean;
+  /** The breaker: `off` when the consumer has no `breaker` option. */
+  readonly breaker: 'off' | 'closed' | 'open' | 'half-open';
+  /** Why the breaker is open, and since when. */
+  readonly open: (PauseCause & { readonly since: Date; readonly nextProbeAt: Date | undefined }) | undefined;
+  /** The hand pause in force. */
+  readonly hand: (PauseCause & { readonly by: 'hand'; readonly since: Date }) | undefined;
+  /** Probes sent since the consumer started, by how they ended. */
+  readonly probes: Readonly<Record<ProbeResult, number>>;
+  /** Total time the breaker has been open, in ms (the current opening included). */
+  readonly openMs: number;
+}
+
+/** One consumer's breaker and hand pause. */
+export class Breaker {
+  private state: 'closed' | 'open' | 'half-open' = 'closed';
+  private cause: (PauseCause & { since: Date }) | undefined;
+  private hand: (PauseCause & { by: 'hand'; since: Date }) | undefined;
+  private streak = 0;
+  /** The failure-rate window: times and verdicts, oldest first. */
+  private window: Array<{ at: number; failed: boolean }> = [];
+  private delay: number;
+  private timer: NodeJS.Timeout | undefined;
+  private nextProbeAt: Date | undefined;
+  private probing = false;
+  /** Named dependencies whose checks say they are down. */
+  private readonly down = new Set<string>();
+  private readonly probes: Record<ProbeResult, number> = { success: 0, failure: 0, neutral: 0, empty: 0, lost: 0 };
+  private closedOpenMs = 0;
+  private disposed = false;
+  private readonly onCheck = (s: HealthState): void => this.check(s);
+
+  constructor(
+    private readonly settings: BreakerSettings | undefined,
+    private readonly host: BreakerHost,
+  ) {
+    this.delay = settings?.probeMs ?? BREAKER_DEFAULTS.probeMs;
+  }
+
+  /** Starts listening to the health checks (the consumer calls it at its start). */
+  start(): void {
+    const health = this.settings?.health;
+    if (health === undefined || this.disposed) return;
+    health.on('check', this.onCheck);
+    for (const s of health.states()) if (s.healthy !== undefined) this.check(s);
+  }
+
+  /** True while the consumer should take messages. */
+  get intakeOpen(): boolean {
+    return this.state === 'closed' && this.hand === undefined && !this.disposed;
+  }
+
+  /** A snapshot for health, status and metrics. */
+  intake(): IntakeState {
+    const now = Date.now();
+    return {
+      consuming: this.intakeOpen,
+      breaker: this.settings === undefined ? 'off' : this.state,
+      open: this.cause === undefined ? undefined : { ...this.cause, nextProbeAt: this.nextProbeAt },
+      hand: this.hand,
+      probes: { ...this.probes },
+      openMs: this.closedOpenMs + (this.cause === undefined ? 0 : now - this.cause.since.getTime()),
+    };
+  }
+
+  /** A delivery's decision. `probe`: the delivery the half-open breaker let through. */
+  observe(verdict: Verdict, probe: boolean): void {
+    if (this.settings === undefined || this.disposed) return;
+    if (probe) {
+      this.probing = false;
+      this.probes[verdict] += 1;
+      this.host.emit('probe', { consumer: this.host.name, result: verdict });
+      if (verdict === 'success') return this.close();
+      if (this.state === 'half-open') this.state = 'open';
+      if (verdict === 'failure') this.delay = Math.min(this.delay * 2, this.settings.maxProbeMs);
+      this.host.logger.info(verdict === 'failure' ? 'breaker probe failed; the consumer stays paused' : 'breaker probe told nothing (a permanent error or a bad payload); probing again', { consumer: this.host.name, nextProbeMs: this.delay });
+      this.scheduleProbe(this.delay);
+      return;
+    }
+    if (this.state !== 'closed' || verdict === 'neutral') return;
+    const failed = verdict === 'failure';
+    this.streak = failed ? this.streak + 1 : 0;
+    const rate = this.settings.failureRate;
+    if (rate !== undefined) {
+      const now = Date.now();
+      this.window.push({ at: now, failed });
+      let drop = 0;
+      while (drop < this.window.length && (this.window[drop] as { at: number }).at < now - rate.windowMs) drop++;
+      if (drop > 0 || this.window.length > 100_000) this.window = this.window.slice(Math.max(drop, this.window.length - 100_000));
+      if (failed && this.window.length >= rate.minimum) {
+        const failures = this.window.reduce((n, s) => n + (s.failed ? 1 : 0), 0);
+        if (failures / this.window.length >= rate.share) {
+          return this.open({ by: 'failures', reason: `${failures} of the last ${this.window.length} deliveries failed within ${rate.windowMs} ms` });
+        }
+      }
+    }
+    if (failed && this.streak >= this.settings.consecutiveFailures) this.open({ by: 'failures', reason: `${this.streak} transient failures in a row` });
+  }
+
+  /** The probe's delivery will never be decided here (its channel closed): probe again later. */
+  probeLost(): void {
+    if (!this.probing) return;
+    this.probing = false;
+    this.probes.lost += 1;
+    if (this.state === 'half-open') this.state = 'open';
+    this.scheduleProbe(this.delay);
+  }
+
+  /** Pauses by hand: the breaker never lifts it, only {@link resumeByHand} does. */
+  pauseByHand(reason: string, actor: string): boolean {
+    if (this.hand !== undefined) return false;
+    const wasOpen = this.intakeOpen;
+    this.hand = { by: 'hand', reason, actor, since: new Date() };
+    this.host.logger.warn('consumer paused by hand; messages wait in its queue', { consumer: this.host.name, reason, actor });
+    this.host.emit('paused', { consumer: this.host.name, by: 'hand', reason, actor });
+    if (wasOpen) this.host.intakeChanged();
+    return true;
+  }
+
+  /** Lifts the hand pause; the consumer consumes again unless the breaker is open (it then probes as before). */
+  resumeByHand(actor: string): boolean {
+    const hand = this.hand;
+    if (hand === undefined) return false;
+    this.hand = undefined;
+    this.host.logger.info('consumer resumed by hand', { consumer: this.host.name, actor, pausedMs: Date.now() - hand.since.getTime(), breaker: this.state });
+    this.host.emit('resumed', { consumer: this.host.name, by: 'hand', actor, pausedMs: Date.now() - hand.since.getTime() });
+    if (this.intakeOpen) this.host.intakeChanged();
+    else if (this.state !== 'closed' && !this.probing) this.scheduleProbe(this.down.size === 0 ? 0 : this.delay);
+    return true;
+  }
+
+  /** Stops every timer and listener (the consumer is closing). */
+  dispose(): void {
+    this.disposed = true;
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    this.settings?.health?.off('check', this.onCheck);
+  }
+
+  private check(s: HealthState): void {
+    const names = this.settings?.dependencies;
+    if (names !== undefined && !names.includes(s.dependency)) return;
+    if (s.healthy === false && s.consecutiveFailures >= s.failuresToPause) {
+      if (this.down.has(s.dependency)) return;
+      this.down.add(s.dependency);
+      clearTimeout(this.timer);
+      this.timer = undefined;
+      this.nextProbeAt = undefined;
+      if (this.state === 'closed') this.open({ by: 'dependency', dependency: s.dependency, reason: `the health check of '${s.dependency}' failed ${s.consecutiveFailures} times${s.lastError === undefined ? '' : `: ${s.lastError}`}` });
+      else if (this.cause?.by === 'failures') this.cause = { by: 'dependency', dependency: s.dependency, reason: `the health check of '${s.dependency}' is failing`, since: this.cause.since };
+    } else if (s.healthy === true && this.down.delete(s.dependency) && this.down.size === 0 && this.state === 'open' && !this.probing) {
+      this.host.logger.info(`the health check of '${s.dependency}' passes again; probing`, { consumer: this.host.name });
+      this.scheduleProbe(0);
+    }
+  }
+
+  private open(cause: PauseCause): void {
+    this.state = 'open';
+    this.cause = { ...cause, since: new Date() };
+    this.streak = 0;
+    this.window = [];
+    this.delay = this.settings?.probeMs ?? BREAKER_DEFAULTS.probeMs;
+    this.host.logger.warn(`breaker open: ${cause.reason}; the consumer takes no messages, they wait in its queue`, { consumer: this.host.name, by: cause.by });
+    this.host.emit('paused', { consumer: this.host.name, ...cause });
+    this.host.intakeChanged();
+    if (this.down.size === 0) this.scheduleProbe(this.delay);
+  }
+
+  private close(): void {
+    const cause = this.cause;
+    const openMs = cause === undefined ? 0 : Date.now() - cause.since.getTime();
+    this.closedOpenMs += openMs;
+    this.state = 'closed';
+    this.cause = undefined;
+    this.nextProbeAt = undefined;
+    this.delay = this.settings?.probeMs ?? BREAKER_DEFAULTS.probeMs;
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    this.host.logger.info('breaker closed: a probe succeeded; the consumer takes messages again', { consumer: this.host.name, openMs });
+    this.host.emit('resumed', { consumer: this.host.name, by: cause?.by ?? 'failures', openMs });
+    if (this.intakeOpen) this.host.intakeChanged();
+  }
+
+  private scheduleProbe(ms: number): void {
+    clearTimeout(this.timer);
+    if (this.disposed || this.state === 'closed') return;
+    this.nextProbeAt = new Date(Date.now() + ms);
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.nextProbeAt = undefined;
+      void this.probe();
+    }, ms);
+    this.timer.unref();
+  }
+
+  private async probe(): Promise<void> {
+    if (this.disposed || this.state === 'closed' || this.probing || this.hand !== undefined || this.down.size > 0) return;
+    this.state = 'half-open';
+    this.probing = true;
+    let found: ProbeStart;
+    try {
+      found = await this.host.probe();
+    } catch (error) {
+      this.host.logger.warn('breaker probe could not take a message; trying again', { consumer: this.host.name, error: error instanceof Error ? error.message : String(error) });
+      found = 'unavailable';
+    }
+    if (found === 'taken') return;
+    this.probing = false;
+    if (found === 'empty') {
+      this.probes.empty += 1;
+      this.host.emit('probe', { consumer: this.host.name, result: 'empty' });
+    }
+    if (this.state === 'half-open') this.state = 'open';
+    this.scheduleProbe(this.delay);
+  }
+}
