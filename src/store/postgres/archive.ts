@@ -97,11 +97,19 @@ interface RowInfo {
   viewed_at: Date | null;
 }
 
+/** Rows inserted before the ingesting process first has the archive's tables analyzed (see `noteInserted`). */
+const ANALYZE_FIRST = 5_000;
+
 const INFO = 'a.id, a.consumer, a.state, a.fingerprint, a.body_bytes, a.failed_at, a.error_class, a.error_message, a.viewed_at';
 
 /** The archive on PostgreSQL. */
 export class PostgresArchive<C extends PgClient> implements ArchiveStore {
   private searchInfo: ArchiveSearch | undefined;
+  /** Rows this process inserted since it last had the archive's tables analyzed, and the size then. */
+  private sinceAnalyze = 0;
+  private analyzedAt = 0;
+  /** The ANALYZE under way, if any: {@link analyzed} waits for it. */
+  private analyzing: Promise<void> | undefined;
 
   constructor(private readonly store: PostgresInternals<C>) {}
 
@@ -188,7 +196,43 @@ export class PostgresArchive<C extends PgClient> implements ArchiveStore {
     const result = await this.one<{ id: string; n: number }>(sql, [...cols, Buffer.concat(bodies), hn, hname, hvalue], 'archive parked messages');
     const ids: Array<string | undefined> = rows.map(() => undefined);
     for (const r of result) ids[send[r.n - 1] as number] = r.id;
+    this.noteInserted(result.length);
     return { ids, inserted: result.length, duplicates: rows.length - result.length };
+  }
+
+  /**
+   * An outage archives its first 100,000 rows within minutes, before autovacuum has
+   * analyzed the tables: planning on the empty tables' statistics, PostgreSQL runs a
+   * header filter as a nested loop over every pair of rows (minutes per page). So the
+   * ingesting process has the tables analyzed itself, in the background, after its
+   * first {@link ANALYZE_FIRST} rows and then whenever it has added a fifth of what the
+   * tables held at the last run (at least {@link ANALYZE_FIRST}).
+   */
+  private noteInserted(n: number): void {
+    this.sinceAnalyze += n;
+    if (this.analyzing !== undefined || this.sinceAnalyze < Math.max(ANALYZE_FIRST, this.analyzedAt / 5)) return;
+    const rows = this.analyzedAt + this.sinceAnalyze;
+    this.sinceAnalyze = 0;
+    const t = this.t;
+    this.analyzing = this.store
+      .withClient((c) => this.q(c, `ANALYZE ${t.archive}, ${t.archiveHeaders}, ${t.archivePayload}`, [], 'analyze the archive tables'), 'analyze the archive tables')
+      .then(
+        () => {
+          this.analyzedAt = rows;
+        },
+        // Not analyzed (the database went away, or no right to): autovacuum will, and the next batch tries again.
+        () => {
+          this.sinceAnalyze += rows - this.analyzedAt;
+        },
+      )
+      .finally(() => {
+        this.analyzing = undefined;
+      });
+  }
+
+  /** Resolves once the background ANALYZE under way (if any) has ended; for tests and shutdown. */
+  async analyzed(): Promise<void> {
+    await this.analyzing;
   }
 
   private async addGroups(c: PgClient, changes: readonly GroupChange[]): Promise<void> {
