@@ -1,6 +1,7 @@
 import { formatDuration } from '../../retry/ladder.js';
 import { readStatus, type QueueState } from '../../status/index.js';
 import type { RetrySignals } from '../../retry-table/index.js';
+import type { ArchiveCounts } from '../../store/archive.js';
 import type { OutboxLag } from '../../store/index.js';
 import { DB_FLAGS, str, type ParsedValues } from '../args.js';
 import type { Command, CommandContext } from '../command.js';
@@ -27,6 +28,8 @@ export interface DatabaseStatus {
   readonly outbox: OutboxLag;
   readonly retryTable: Omit<RetrySignals, 'byDependency'>;
   readonly maxDueAgeMs: number;
+  /** The failure archive's counts per consumer (one query over its per-group counts): open failures wait for a person like parked messages. */
+  readonly archive: readonly ArchiveCounts[];
   readonly problems: readonly DatabaseProblem[];
 }
 
@@ -49,12 +52,13 @@ async function readDatabase(ctx: CommandContext): Promise<DatabaseStatus | undef
   try {
     const outbox = await store.outbox.lag();
     const { byDependency: _, ...retryTable } = await store.retryTable.signals();
+    const archive = await store.archive.counts();
     const problems: DatabaseProblem[] = [];
     if (outbox.failed > 0) problems.push({ kind: 'outbox-flagged', message: `${count(outbox.failed)} outbox row${outbox.failed === 1 ? ' is' : 's are'} flagged: the relay could not publish ${outbox.failed === 1 ? 'it' : 'them'} (see \`warren outbox list\`)` });
     if (retryTable.due > 0 && retryTable.oldestDueAgeMs > maxDueAgeMs) {
       problems.push({ kind: 'retry-overdue', message: `the oldest due retry-table row has been due for ${span(retryTable.oldestDueAgeMs)}, over ${span(maxDueAgeMs)} (--max-due-age): is a scheduler draining the table?` });
     }
-    return { database: db.shown, outbox, retryTable, maxDueAgeMs, problems };
+    return { database: db.shown, outbox, retryTable, maxDueAgeMs, archive, problems };
   } catch (error) {
     throw describeDatabaseError(error, db) ?? error;
   } finally {
@@ -94,7 +98,9 @@ export const status: Command = {
     '(rows pending, the age of the oldest, rows flagged as unpublishable) and the retry',
     'table (rows, due, paused, waiting for a person with no next attempt, how long the',
     'oldest due row has been due). A flagged outbox row is a problem, and so is a due',
-    'row older than --max-due-age (default 5m).',
+    'row older than --max-due-age (default 5m). With a failure archive in that database',
+    'the parked queue drains into it: each consumer shows its open failures in the archive',
+    'beside the parked queue, and open failures count as parked (exit 1).',
   ].join('\n'),
   flags: {
     ...DB_FLAGS,
@@ -109,7 +115,17 @@ export const status: Command = {
     const model = await ctx.connection();
     const node = nodeOfConnection(model);
     const read = await readStatus(model, topology, { management: ctx.management(), ...(names ? { consumers: names } : {}) });
-    const report = database === undefined ? read : { ...read, problems: [...read.problems, ...database.problems.map((p) => ({ consumer: 'database', queue: '', ...p }))], ok: read.ok && database.problems.length === 0 };
+    // With an archive the parked queue drains into the database: its open failures are parked messages too.
+    const openOf = (consumer: string) => database?.archive.find((a) => a.consumer === consumer);
+    const archived = (database === undefined ? [] : read.consumers).flatMap((c) => {
+      const a = openOf(c.consumer);
+      if (a === undefined || a.open === 0) return [];
+      return [{ consumer: c.consumer, queue: 'archive', kind: 'parked' as const, message: `${count(a.open)} open failure${a.open === 1 ? '' : 's'} in the archive; see warren parked list ${c.consumer} --db URL --group` }];
+    });
+    const report =
+      database === undefined
+        ? read
+        : { ...read, problems: [...read.problems, ...archived, ...database.problems.map((p) => ({ consumer: 'database', queue: '', ...p }))], ok: read.ok && archived.length === 0 && database.problems.length === 0 };
     if (ctx.json) {
       const broker = node && { url: node.url, address: node.address, server: node.server ?? null, tls: node.tls };
       ctx.printJson({ ...report, ...(broker ? { broker } : {}), ...(database === undefined ? {} : { database }) });
@@ -121,6 +137,10 @@ export const status: Command = {
       if (i > 0) ctx.out();
       ctx.out(c.consumer);
       const rows = [row('work', c.work), ...c.retries.map((r) => row(`retry ${formatDuration(r.delayMs)}`, r)), row('parked', c.parked)];
+      if (database) {
+        const a = openOf(c.consumer);
+        rows.push(['archive', a !== undefined && a.oldestOpenAt !== null ? `open, oldest ${span(Date.now() - a.oldestOpenAt.getTime())}` : 'open', count(a?.open ?? 0), '', '', '']);
+      }
       for (const line of table(header, rows, align)) ctx.out(`  ${line}`);
     });
     if (report.source === 'amqp') {
