@@ -188,7 +188,10 @@ export interface ArchiveReplayOptions extends ArchiveActionOptions {
   force?: boolean;
   /** Count and list, change nothing. @default false */
   dryRun?: boolean;
-  /** Rows claimed (and published) per batch. @default 200 */
+  /**
+   * Rows claimed (and published) per batch; with `ratePerSecond`, at most what that rate
+   * sends in half of `leaseMs`, so a batch's claim outlasts its sending. @default 200
+   */
   batchSize?: number;
   /**
    * How long the rows of a batch stay claimed if this replay dies (kill -9, a lost
