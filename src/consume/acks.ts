@@ -81,18 +81,22 @@ export class AckLine<Delivery extends AckItem = AckItem> {
     const pending = this.pending;
     this.pending = [];
     const upTo = last === undefined ? -1 : last.msg.fields.deliveryTag;
+    // Every frame first, the bookkeeping after: a listener that throws cannot leave a
+    // success behind it unacked.
+    const written: Delivery[] = [];
     try {
       if (last !== undefined) this.ch.ack(last.msg, true);
       for (const d of pending) {
         if (d.settled) continue;
         if (d.msg.fields.deliveryTag > upTo) this.ch.ack(d.msg);
         d.settled = true;
-        this.acked(d);
+        written.push(d);
       }
     } catch {
       // The channel closed: the broker redelivers what was not acked; its close noted them.
       for (const d of pending) if (!d.settled) d.ackable = false;
     }
+    for (const d of written) this.acked(d);
   }
 
   /** Drops the settled prefix, and settled entries in the middle when a blocker holds many behind it. */
