@@ -62,7 +62,7 @@ describe('message id from a producer that sets none', () => {
     expect(t.seen[0]?.raw.properties.messageId).toBeUndefined();
   });
 
-  it('from a header: a copy the broker redelivers after the work committed (its channel closed before the ack) is acked as a duplicate', async () => {
+  it('from a header: a copy the broker redelivers after the work committed (its channel closed before the ack) is acked, the handler run once', async () => {
     const real = await sqliteGuard();
     let closeAfterCommit = true;
     const cut: { channel?: () => { close(): Promise<void> } | undefined } = {};
@@ -81,9 +81,12 @@ describe('message id from a producer that sets none', () => {
     // The consumer's channel is private; a test reaches it to cut it at the worst moment.
     cut.channel = () => (t.consumer as unknown as { channel: { close(): Promise<void> } | undefined }).channel;
     await t.send('{"n":1}', { headers: { 'x-request-id': 'req-r' } });
-    await waitFor(() => t.consumer.stats.duplicate === 1, 'the redelivered copy to be acked as a duplicate');
+    // The copy comes back while the first run is still ending here: it is held, then acked
+    // by that run's outcome (were it to come later, the guard would find it a duplicate).
+    await waitFor(() => t.consumer.stats.acked + t.consumer.stats.duplicate === 1 && t.consumer.stats.inFlight === 0, 'the redelivered copy to be acked');
     expect(t.seen.map((s) => s.id)).toEqual(['req-r']);
-    expect(t.consumer.stats).toMatchObject({ acked: 0, duplicate: 1, parked: 0, retried: 0 });
+    expect(t.consumer.stats).toMatchObject({ parked: 0, retried: 0 });
+    expect(t.consumer.stats.acked + t.consumer.stats.duplicate).toBe(1);
   });
 
   it('from a payload field (a number becomes its text) and from a function', async () => {
