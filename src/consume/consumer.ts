@@ -78,7 +78,7 @@ function int(value: number | undefined, fallback: number, option: string, min: n
  */
 export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   readonly name: string;
-  readonly stats: ConsumerStats = { acked: 0, duplicate: 0, retried: 0, parked: 0, waiting: 0, requeued: 0, redeliveryMoved: 0, inFlight: 0, brokerCancels: 0 };
+  readonly stats: ConsumerStats = { acked: 0, duplicate: 0, retried: 0, parked: 0, waiting: 0, requeued: 0, redeliveryMoved: 0, inFlight: 0, brokerCancels: 0, faultEventsFailed: 0 };
   private readonly prefetch: number;
   private readonly concurrency: number;
   private readonly shutdownTimeoutMs: number;

@@ -6,6 +6,7 @@
 import { WarrenError } from '../errors.js';
 import { backoffDelay } from '../connection/index.js';
 import { describeFailure } from '../park/failure.js';
+import { faultEvent, publishFaultEvent } from '../park/fault-event.js';
 import { readAttempts } from '../retry/attempts.js';
 import type { RetryTablePolicy } from '../retry-table/wait.js';
 import { traced } from '../trace/index.js';
@@ -109,11 +110,27 @@ export class Settler<T, Tx> {
       case 'requeued': stats.requeued++; break;
       case 'redelivery-moved': stats.redeliveryMoved++; break;
     }
+    if (outcome.kind === 'parked' && d !== undefined) this.announce(d, outcome);
     try {
       this.parts.emit(outcome);
     } catch (error) {
       // A listener's failure must not become the message's failure: it is already settled.
       this.parts.logger.error('an outcome listener threw', { consumer: this.parts.name, outcome: outcome.kind, error: errorText(error) });
+    }
+  }
+
+  /** Publishes the fault event of a parked message, when the topology asks for them; its failure is logged and counted, never the message's. */
+  private announce(d: Delivery, outcome: Extract<Outcome, { kind: 'parked' }>): void {
+    const { parts } = this;
+    const faults = parts.topology.faults;
+    if (faults === undefined) return;
+    const report = { logger: parts.logger, failed: (): void => void parts.stats.faultEventsFailed++ };
+    try {
+      const event = faultEvent(faults, { stage: 'parked', consumer: parts.name, messageId: outcome.messageId, reason: outcome.reason, failure: describeFailure(outcome.error), parkedAt: new Date(), attempts: outcome.attempts, body: d.msg.content });
+      void publishFaultEvent({ send: (m) => parts.publisher.send(m, 'publish') }, faults, event, report);
+    } catch (error) {
+      report.failed();
+      parts.logger.error('could not make a fault event; the message is parked all the same', { consumer: parts.name, messageId: outcome.messageId, error: errorText(error) });
     }
   }
 

@@ -178,4 +178,6 @@ export interface ConsumerStats {
    * outlived the consumer timeout (RabbitMQ before 4.3). The consumer re-attaches each time.
    */
   brokerCancels: number;
+  /** Fault events (the topology's `faults`) that could not be published; each is logged, and its message is parked all the same. */
+  faultEventsFailed: number;
 }

@@ -1,5 +1,6 @@
 import { InvalidOptionError, UnknownConsumerError } from '../errors.js';
 import { parseDuration, parkedQueueName, retryQueueName, type Duration } from '../retry/ladder.js';
+import { checkFaults, type FaultEventOptions, type FaultsTopology } from '../park/fault-event.js';
 
 /** Classic queues are the broker default; quorum queues are replicated and dead-letter at-least-once. */
 export type QueueType = 'classic' | 'quorum';
@@ -124,6 +125,12 @@ export interface TopologyOptions {
   retry?: RetryOptions;
   /** @default 5 */
   crashLimit?: number;
+  /**
+   * Publish a fault event for every parked message to this topic exchange (declared with
+   * the topology), routing key `<consumer>.<reason>`. See docs/archive.md, "Fault events".
+   * @default none: no events
+   */
+  faults?: FaultEventOptions;
   /** Consumers by name. */
   consumers: Readonly<Record<string, ConsumerDeclaration>>;
 }
@@ -170,6 +177,8 @@ export interface Topology {
   /** Every exchange, the default one first. */
   readonly exchanges: ReadonlyMap<string, ExchangeTopology>;
   readonly consumers: ReadonlyMap<string, ConsumerTopology>;
+  /** Where fault events go, when the topology asks for them (its exchange is also in `exchanges`). */
+  readonly faults: FaultsTopology | undefined;
   /** The consumer of that name; throws {@link UnknownConsumerError} listing the known ones. */
   consumer(name: string): ConsumerTopology;
 }
@@ -210,7 +219,7 @@ function checkQueueType(value: unknown, option: string): QueueType {
 
 /** The keys each level of a declaration takes, in the order the docs list them. */
 const KNOWN_KEYS = {
-  topology: ['exchange', 'exchanges', 'queueType', 'retry', 'crashLimit', 'consumers'],
+  topology: ['exchange', 'exchanges', 'queueType', 'retry', 'crashLimit', 'faults', 'consumers'],
   consumer: ['bindings', 'queue', 'retry', 'queueType', 'crashLimit'],
   retry: ['delays', 'maxAttempts'],
   exchange: ['type', 'durable', 'arguments', 'passive'],
@@ -399,6 +408,12 @@ export function defineTopology(options: TopologyOptions): Topology {
   }
   const exchange = checkName(options.exchange ?? TOPOLOGY_DEFAULTS.exchange, 'exchange');
   const exchanges = checkExchanges(options, exchange);
+  const faults = options.faults === undefined ? undefined : checkFaults(options.faults, checkName);
+  if (faults !== undefined) {
+    const taken = exchanges.get(faults.exchange);
+    if (taken !== undefined) throw new InvalidOptionError('faults.exchange', `'${faults.exchange}' is already an exchange of the topology`, 'Give fault events an exchange of their own, so no work queue receives them by accident.');
+    exchanges.set(faults.exchange, Object.freeze({ name: faults.exchange, type: 'topic' as const, durable: true, arguments: Object.freeze({}), passive: false }));
+  }
   const queueType = checkQueueType(options.queueType ?? TOPOLOGY_DEFAULTS.queueType, 'queueType');
   const crashLimit = checkInt(options.crashLimit ?? TOPOLOGY_DEFAULTS.crashLimit, 'crashLimit', 1, 1000);
   if (typeof options.consumers !== 'object' || options.consumers === null || Object.keys(options.consumers).length === 0) {
@@ -447,6 +462,7 @@ export function defineTopology(options: TopologyOptions): Topology {
     exchange,
     exchanges: new Map(exchanges) as ReadonlyMap<string, ExchangeTopology>,
     consumers: frozen,
+    faults,
     consumer(name: string): ConsumerTopology {
       const found = frozen.get(name);
       if (!found) throw new UnknownConsumerError(name, [...frozen.keys()]);
