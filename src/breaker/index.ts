@@ -14,12 +14,14 @@ import { hostname, userInfo } from 'node:os';
 import { InvalidOptionError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { HealthState } from '../retry-table/health.js';
-import type { Decision } from '../consume/contract.js';
 
 /** Where the breaker hears of dependencies: a `HealthMonitor` (`store.retryTable.health(checks)` or `dependencyChecks(checks)`). */
 export interface DependencyHealth {
+  /** The last state of every dependency checked. */
   states(): HealthState[];
+  /** Tells `listener` of each check's result. */
   on(event: 'check', listener: (state: HealthState) => void): unknown;
+  /** Stops telling `listener`. */
   off(event: 'check', listener: (state: HealthState) => void): unknown;
 }
 
@@ -152,14 +154,14 @@ export function checkActor(actor: unknown): string {
 }
 
 /** What a decision says of the consumer's dependencies. */
-export type Verdict = 'success' | 'failure' | 'neutral';
+export type BreakerVerdict = 'success' | 'failure' | 'neutral';
 
 /**
  * A decision's verdict: an ack is a success; a retry, a retry-table wait or a park at the
  * cap is a transient failure; anything else (a permanent error, a bad payload, the
  * crash-loop guard) is the message's own and says nothing of a dependency.
  */
-export function verdictOf(decision: Decision): Verdict {
+export function verdictOf(decision: { readonly kind: string; readonly reason?: string }): BreakerVerdict {
   switch (decision.kind) {
     case 'ack':
       return 'success';
@@ -266,7 +268,7 @@ export class Breaker {
   }
 
   /** A delivery's decision. `probe`: the delivery the half-open breaker let through. */
-  observe(verdict: Verdict, probe: boolean): void {
+  observe(verdict: BreakerVerdict, probe: boolean): void {
     if (this.settings === undefined || this.disposed) return;
     if (probe) {
       this.probing = false;

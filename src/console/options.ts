@@ -55,7 +55,10 @@ export interface ConsoleOptions {
    * "archive behind" when it does not): an `ArchiveIngester`.
    * @default `warren.archive` (the `archive` option of `Warren.connect`), else none
    */
-  ingester?: { state(): readonly ArchiveIngestState[] };
+  ingester?: {
+    /** Per consumer: whether ingestion keeps up, and what it holds. */
+    state(): readonly ArchiveIngestState[];
+  };
   /** How the database is named on the page (a URL is shown with its password masked). @default the store's backend */
   databaseName?: string;
   /** The path the console is mounted under, e.g. `/ops/warren`. @default '' (the root) */
@@ -101,7 +104,12 @@ export interface ResolvedOptions {
   readonly management: ManagementClient | undefined;
   readonly store: Store<unknown> | undefined;
   readonly archive: Archive | undefined;
-  readonly ingester: { state(): readonly ArchiveIngestState[] } | undefined;
+  readonly ingester:
+    | {
+        /** Per consumer: whether ingestion keeps up, and what it holds. */
+        state(): readonly ArchiveIngestState[];
+      }
+    | undefined;
   /** How the broker is named on the page now, password masked. */
   readonly brokerName: () => string;
   readonly databaseName: string | null;

@@ -49,9 +49,17 @@ export type NamedStore = MetricsStore | { readonly store: MetricsStore; readonly
  * (`sqliteStore()`, `postgresStore()`), and the ingester of this process, if it runs one.
  */
 export interface ArchiveMetricsSource {
-  readonly store: { readonly archive: { counts(consumer?: string): Promise<ArchiveCounts[]> } };
+  readonly store: {
+    readonly archive: {
+      /** Rows per consumer, state and failure group, from the counts table (never a scan of the rows). */
+      counts(consumer?: string): Promise<ArchiveCounts[]>;
+    };
+  };
   /** Its `state()` gives `warren_archive_behind` and `warren_archive_ingest_held`. @default the Warren's `archive` ingester */
-  readonly ingester?: { state(): readonly ArchiveIngestState[] };
+  readonly ingester?: {
+    /** Per consumer: whether ingestion keeps up, and what it holds. */
+    state(): readonly ArchiveIngestState[];
+  };
 }
 
 /** A scheduler, optionally with the name its figures are labelled with. */
