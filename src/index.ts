@@ -34,7 +34,7 @@ export { classifyFailure, type Classifier, type FailureKind } from './consume/cl
 export { ManagementClient, type ManagementOptions, type QueueInfo } from './management/client.js';
 export { HEADER, MAX_ERROR_MESSAGE_CHARS, type ParkReason } from './headers.js';
 export { describeFailure, failureFingerprint, type FailureInfo } from './park/failure.js';
-export { FAULT_EVENT_DEFAULTS, faultEvent, faultRoutingKey, publishFaultEvent, type FaultEvent, type FaultEventOptions, type FaultFacts, type FaultReporting, type FaultSender, type FaultsTopology } from './park/fault-event.js';
+export { channelSender, FAULT_EVENT_DEFAULTS, faultEvent, faultRoutingKey, publishFaultEvent, type FaultEvent, type FaultEventOptions, type FaultFacts, type ClosableFaultSender, type FaultReporting, type FaultSender, type FaultsTopology } from './park/fault-event.js';
 export { readAttempts, countDeaths, type AttemptCount } from './retry/attempts.js';
 export { decideRetry, parseDuration, formatDuration, retryQueueName, parkedQueueName, type Duration, type RetryDecision } from './retry/ladder.js';
 export { consoleLogger, silentLogger, toLogger, pinoLogger, objectFirstLogger, isPino, isBunyan, type Logger, type ObjectFirstLogger } from './logger.js';

@@ -18,6 +18,7 @@ import { backoffDelay } from '../connection/index.js';
 import { InvalidOptionError, StoreUnavailableError } from '../errors.js';
 import { toLogger, type Logger } from '../logger.js';
 import type { ArchiveInsertResult, ArchiveRowInput, ArchiveStore } from '../store/archive.js';
+import { channelSender, faultEvent, publishFaultEvent, type ClosableFaultSender } from '../park/fault-event.js';
 import type { Topology } from '../topology/declaration.js';
 import { ArchiveRetentionSchedule } from './retention.js';
 import { archiveRow, minimalRow } from './row.js';
@@ -109,6 +110,7 @@ class Reader {
   lastArchivedAt: Date | undefined;
   behindSince: Date | undefined;
   lastError: string | undefined;
+  faultEventsFailed = 0;
   private channel: amqp.Channel | undefined;
   private consumerTag: string | undefined;
   private held: amqp.ConsumeMessage[] = [];
@@ -120,6 +122,7 @@ class Reader {
   private stopping = false;
   private wake: (() => void) | undefined;
   private loopDone: Promise<void> | undefined;
+  private faultSender: ClosableFaultSender | undefined;
 
   constructor(
     readonly consumer: string,
@@ -279,6 +282,22 @@ class Reader {
         this.o.logger.warn('archive ingestion: onArchived threw; the rows are archived', { consumer: this.consumer, error: message(error) });
       }
     }
+    if (result.inserted > 0) this.announce(rows, result.ids);
+  }
+
+  /** The fault events of the rows just archived, when the topology asks for them; a failure is logged and counted, never the rows'. */
+  private announce(rows: readonly ArchiveRowInput[], ids: ReadonlyArray<string | undefined>): void {
+    const faults = this.deps.topology.faults;
+    if (faults === undefined) return;
+    const sender = (this.faultSender ??= channelSender(this.deps.connection));
+    const report = { logger: this.o.logger, failed: (): void => void this.faultEventsFailed++ };
+    ids.forEach((id, i) => {
+      const r = rows[i];
+      if (id === undefined || r === undefined) return;
+      const failure = { errorClass: r.errorClass ?? 'unknown', message: r.errorMessage ?? '', stack: r.errorStack ?? '' };
+      const event = faultEvent(faults, { stage: 'archived', consumer: r.consumer, messageId: r.messageId ?? undefined, reason: r.reason ?? 'unknown', failure, fingerprint: r.fingerprint, parkedAt: r.parkedAt ?? r.failedAt, attempts: r.attempts ?? 0, body: r.body });
+      void publishFaultEvent(sender, faults, event, report);
+    });
   }
 
   /** A batch in one transaction; refused for what it holds, row by row, then rows stripped to their identity. */
@@ -361,10 +380,11 @@ class Reader {
     }
     this.wake?.();
     await this.loopDone;
+    await this.faultSender?.close();
   }
 
   state(): ArchiveIngestState {
-    return { consumer: this.consumer, queue: this.queue, status: this.status, archived: this.archived, duplicates: this.duplicates, batches: this.batches, held: this.heldCount, lastArchivedAt: this.lastArchivedAt, behindSince: this.behindSince, lastError: this.lastError };
+    return { consumer: this.consumer, queue: this.queue, status: this.status, archived: this.archived, duplicates: this.duplicates, batches: this.batches, held: this.heldCount, lastArchivedAt: this.lastArchivedAt, behindSince: this.behindSince, lastError: this.lastError, faultEventsFailed: this.faultEventsFailed };
   }
 }
 

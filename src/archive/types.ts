@@ -95,6 +95,8 @@ export interface ArchiveIngestState {
   readonly behindSince: Date | undefined;
   /** The last failure, in words. */
   readonly lastError: string | undefined;
+  /** Fault events (the topology's `faults`) of archived messages that could not be published; each is logged. */
+  readonly faultEventsFailed?: number;
 }
 
 /** Retention of the archive: by age, by count, or both; pruned on a schedule, in batches. */

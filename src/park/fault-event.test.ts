@@ -10,6 +10,8 @@ import { defineTopology, HEADER, InvalidOptionError, PermanentError, type Topolo
 import { connectWarren, depth, drain, onTeardown, rawConnection, testTopology, waitFor } from '../../test/helpers.js';
 import { faultEvent, faultRoutingKey, type FaultEvent, type FaultEventOptions } from './fault-event.js';
 import { describeFailure } from './failure.js';
+import { ArchiveIngester } from '../archive/ingest.js';
+import { harness } from '../store/testing/harness.js';
 
 const fast = { delays: [20], maxAttempts: 2 };
 
@@ -135,6 +137,38 @@ describe('fault events', () => {
     const [{ event }] = (await events(sub.ch, sub.queue, 1)) as [{ event: FaultEvent; msg: amqp.GetMessage }];
     expect(event.messageId).toBe('u-3');
     expect(consumer.stats.parked).toBe(4);
+  });
+});
+
+describe('fault events of the archive', () => {
+  it('an ingester publishes an archived event for each row it stores, and one that cannot be published leaves the row archived', async () => {
+    const { topology, billing, exchange } = topologyWith({});
+    const warren = await connectWarren(topology);
+    const store = (await harness('sqlite')).store();
+    const conn = await rawConnection();
+    const consumer = await warren.consume(billing, () => {
+      throw new PermanentError('gone');
+    });
+    // First with nobody bound: the parked and the archived events are both unroutable.
+    await warren.publish('order.created', { n: 0 }, { messageId: 'a-0' });
+    await waitFor(() => consumer.stats.parked === 1, 'a-0 parked');
+    const ingester = new ArchiveIngester({ store, topology, connection: async () => conn }, { batchSize: 10, maxBatchDelayMs: 5 });
+    onTeardown(() => ingester.stop());
+    ingester.start();
+    await waitFor(() => ingester.state()[0]?.faultEventsFailed === 1, () => `one failed archived event (state ${JSON.stringify(ingester.state()[0])})`);
+    expect(await store.archive.count({ consumer: billing })).toBe(1);
+    // Then with a subscriber: both stages arrive for the next message.
+    const sub = await subscriber(exchange, `${billing}.permanent-error`);
+    await warren.publish('order.created', { n: 1 }, { messageId: 'a-1' });
+    const got = await events(sub.ch, sub.queue, 2);
+    expect(got.map((g) => g.event.stage).sort()).toEqual(['archived', 'parked']);
+    const archived = got.find((g) => g.event.stage === 'archived')!.event;
+    const parked = got.find((g) => g.event.stage === 'parked')!.event;
+    expect(archived).toMatchObject({ consumer: billing, messageId: 'a-1', reason: 'permanent-error', errorClass: 'PermanentError', errorMessage: 'gone', attempts: 1 });
+    expect(archived.fingerprint).toBe(parked.fingerprint);
+    expect(archived).not.toHaveProperty('body');
+    await waitFor(async () => (await store.archive.count({ consumer: billing })) === 2, 'two rows archived');
+    expect(ingester.state()[0]?.faultEventsFailed).toBe(1);
   });
 });
 

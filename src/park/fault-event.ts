@@ -4,6 +4,8 @@
  * subscribe to failures without reading the parked queues. Bounded in size; the body is
  * never in it unless asked for. Publishing it never changes the parked message's fate.
  */
+import { randomUUID } from 'node:crypto';
+import type * as amqp from 'amqplib';
 import { InvalidOptionError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { failureFingerprint, type FailureInfo } from './failure.js';
@@ -82,6 +84,8 @@ export interface FaultFacts {
   readonly parkedAt: Date;
   readonly attempts: number;
   readonly body?: Buffer;
+  /** The failure group as already computed (an archive row's); else made from `failure`. */
+  readonly fingerprint?: string;
 }
 
 /** Defaults, in one place. */
@@ -143,7 +147,7 @@ export function faultEvent(faults: FaultsTopology, facts: FaultFacts): FaultEven
     errorClass: cutBytes(failure.errorClass, 200).text,
     errorMessage: error.text,
     errorTruncated: error.cut,
-    fingerprint: cutBytes(failureFingerprint(failure.errorClass, failure.message, failure.stack), faults.maxErrorBytes).text,
+    fingerprint: cutBytes(facts.fingerprint ?? failureFingerprint(failure.errorClass, failure.message, failure.stack), faults.maxErrorBytes).text,
     parkedAt: facts.parkedAt.toISOString(),
     attempts: facts.attempts,
   };
@@ -193,4 +197,60 @@ export async function publishFaultEvent(sender: FaultSender, faults: FaultsTopol
     }
     return false;
   }
+}
+
+/** A {@link FaultSender} with a channel of its own. */
+export interface ClosableFaultSender extends FaultSender {
+  /** Closes its channel (an event still waiting for its confirm then fails, and is counted). */
+  close(): Promise<void>;
+}
+
+/** How long a fault event waits for its confirm on a channel of its own. */
+const CONFIRM_WAIT_MS = 10_000;
+
+/**
+ * A {@link FaultSender} on a confirm channel of its own, opened from `connection` when
+ * first needed and again after it closes; for a process with no publisher (the archive
+ * ingester). An event the broker returns (no queue bound for it) is refused.
+ */
+export function channelSender(connection: () => Promise<amqp.ChannelModel>): ClosableFaultSender {
+  let channel: Promise<amqp.ConfirmChannel> | undefined;
+  const returned = new Set<string>();
+  const open = (): Promise<amqp.ConfirmChannel> => {
+    channel ??= connection().then(async (model) => {
+      const ch = await model.createConfirmChannel();
+      ch.on('return', (m: amqp.Message) => void returned.add(String(m.properties.messageId)));
+      ch.on('error', () => undefined); // its close below is what counts
+      ch.on('close', () => void (channel = undefined));
+      return ch;
+    });
+    channel.catch(() => void (channel = undefined));
+    return channel;
+  };
+  return {
+    async send(message) {
+      const ch = await open();
+      const id = `warren-fault-${randomUUID()}`;
+      await new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`no confirm within ${CONFIRM_WAIT_MS} ms`)), CONFIRM_WAIT_MS);
+        const done = (error: unknown): void => {
+          clearTimeout(timer);
+          // A return comes before its confirm: returned means no queue took the event.
+          if (returned.delete(id)) reject(new Error(`unroutable: no queue is bound to '${message.exchange}' for '${message.routingKey}'`));
+          else if (error) reject(error instanceof Error ? error : new Error(String(error)));
+          else resolve();
+        };
+        try {
+          ch.publish(message.exchange, message.routingKey, message.content, { ...message.properties, messageId: id, mandatory: true }, done);
+        } catch (error) {
+          done(error);
+        }
+      });
+    },
+    async close() {
+      const ch = await channel?.catch(() => undefined);
+      channel = undefined;
+      await ch?.close().catch(() => undefined);
+    },
+  };
 }
