@@ -2,7 +2,6 @@
 // application's database through the `Archive` facade, not on the parked queue. Each
 // listing shows the parked queue's depth beside the archive's count, so what is not
 // archived yet is never hidden.
-import { createWriteStream, type WriteStream } from 'node:fs';
 import { Archive } from '../../archive/archive.js';
 import { archiveFilter, archiveFilterRecord, describeArchiveFilter, FILTER_LIMITS, type FilterNames } from '../../archive/filter.js';
 import type { ArchivedMessage, ArchiveHistoryEntry, ArchiveReplayResult } from '../../archive/types.js';
@@ -13,9 +12,9 @@ import { actorOf, recordAction, storeSink } from '../actions.js';
 import { DB_FLAGS, duration, list, positiveNumber, str, wholeNumber, type FlagSpecs } from '../args.js';
 import { ask, type CommandContext } from '../command.js';
 import { databaseSettings, describeDatabaseError, openDatabase, type DatabaseSettings } from '../context.js';
-import { CliError, EXIT, UsageError, type ExitCode } from '../errors.js';
+import { EXIT, UsageError, type ExitCode } from '../errors.js';
 import { clip, count, plural, Progress, shellWord, span, table, when } from '../format.js';
-import { printDetails, showJson, writer } from './parked-output.js';
+import { exportTo, printDetails, showJson } from './parked-output.js';
 
 /** Flags of the archive, taken by every parked command beside the queue's filters. */
 export const ARCHIVE_FILTER_FLAGS = {
@@ -244,33 +243,8 @@ export async function archiveExport(ctx: CommandContext, c: ConsumerTopology): P
   const limit = wholeNumber(ctx.values, 'limit', 1);
   const file = str(ctx.values, 'output');
   return withArchive(ctx, async (archive) => {
-    let stream: NodeJS.WritableStream = ctx.io.stdout;
-    let fileStream: WriteStream | undefined;
-    if (file !== undefined) {
-      if (file === '') throw new UsageError('--output needs a file name.');
-      const s = createWriteStream(file);
-      await new Promise<void>((resolve, reject) => {
-        s.once('open', () => resolve());
-        s.once('error', (e) => reject(new UsageError(`--output: cannot write ${file}: ${e.message}`)));
-      });
-      stream = s;
-      fileStream = s;
-    }
-    const out = writer(stream);
-    let r: { exported: number; stopReason: string };
-    try {
-      r = await archive.export({ filter, write: (line) => out.write(line), signal: ctx.signal, ...(limit !== undefined ? { limit } : {}) });
-    } catch (error) {
-      const e = out.error();
-      if (e && (e as { code?: string }).code === 'EPIPE') return EXIT.ok;
-      if (e) throw new CliError(`Writing the export failed: ${e.message}`, EXIT.failed);
-      throw error;
-    } finally {
-      if (fileStream) {
-        const f = fileStream;
-        await new Promise<void>((resolve) => f.end(resolve));
-      }
-    }
+    const r = await exportTo(ctx.io.stdout, file, (write) => archive.export({ filter, write, signal: ctx.signal, ...(limit !== undefined ? { limit } : {}) }));
+    if (r === undefined) return EXIT.ok; // the reader went away (| head)
     if (ctx.json && file !== undefined) ctx.printJson({ consumer: c.name, exported: r.exported, stopReason: r.stopReason, output: file });
     else ctx.err(r.exported === 0 ? `No ${stateWords(filter)} failure of ${c.name}${matching(filter)}.` : `Exported ${plural(r.exported, `${stateWords(filter)} failure`)} of ${c.name}${matching(filter)} to ${file ?? 'stdout'}.`);
     if (r.stopReason === 'limit') ctx.err(`Stopped at --limit ${count(limit ?? 0)}.`);

@@ -1,7 +1,9 @@
 // How the parked commands print one message in full and write JSON lines, on the queue
 // and from the archive alike.
+import { createWriteStream } from 'node:fs';
 import { attemptHistory, decodeBody, plainValue, summarize, type ParkedMessage } from '../../park/message.js';
 import type { CommandContext } from '../command.js';
+import { CliError, EXIT, UsageError } from '../errors.js';
 import { plural, when } from '../format.js';
 
 /** A parked message in full: the failure, attempt history, routing, properties, every header and the body. */
@@ -102,4 +104,38 @@ export function writer(stream: NodeJS.WritableStream): { write(line: string): Pr
     },
     error: () => failure,
   };
+}
+
+/**
+ * Runs an export whose JSON lines go to `file` (or stdout when none is given): the file
+ * is opened first (a clear error when it cannot be), and closed after. Resolves to the
+ * export's result, or `undefined` when the reader went away (`| head`), a normal end.
+ */
+export async function exportTo<R>(stdout: NodeJS.WritableStream, file: string | undefined, run: (write: (line: string) => Promise<void>) => Promise<R>): Promise<R | undefined> {
+  let stream = stdout;
+  let fileStream: ReturnType<typeof createWriteStream> | undefined;
+  if (file !== undefined) {
+    if (file === '') throw new UsageError('--output needs a file name.');
+    const s = createWriteStream(file);
+    await new Promise<void>((resolve, reject) => {
+      s.once('open', () => resolve());
+      s.once('error', (e) => reject(new UsageError(`--output: cannot write ${file}: ${e.message}`)));
+    });
+    stream = s;
+    fileStream = s;
+  }
+  const out = writer(stream);
+  try {
+    return await run((line) => out.write(line));
+  } catch (error) {
+    const e = out.error();
+    if (e && (e as { code?: string }).code === 'EPIPE') return undefined;
+    if (e) throw new CliError(`Writing the export failed: ${e.message}`, EXIT.failed);
+    throw error;
+  } finally {
+    if (fileStream) {
+      const f = fileStream;
+      await new Promise<void>((resolve) => f.end(resolve));
+    }
+  }
 }

@@ -1,4 +1,3 @@
-import { createWriteStream, type WriteStream } from 'node:fs';
 import { describeFilter, isEmptyFilter, parseFilter, type ParkedFilter } from '../../park/filter.js';
 import { parkedIdentity } from '../../park/identity.js';
 import { groupParked, summarize, type ParkedMessage } from '../../park/message.js';
@@ -8,10 +7,10 @@ import { filterRecord } from '../../audit/entry.js';
 import { ACTOR_FLAG, actionSink, actorOf, AUDIT_FILE_FLAG, recordAction } from '../actions.js';
 import { DB_FLAGS, FILTER_FLAGS, list, MAX_HELD_FLAG, positiveNumber, str, wholeNumber, type FlagSpecs } from '../args.js';
 import { consumerArg, noExtraArgs, ask, type Command, type CommandContext } from '../command.js';
-import { CliError, EXIT, UsageError, type ExitCode } from '../errors.js';
+import { EXIT, UsageError, type ExitCode } from '../errors.js';
 import { clip, count, plural, Progress, span, table, when, type ProgressState } from '../format.js';
 import { ARCHIVE_FILTER_FLAGS, ARCHIVE_PAGE_FLAGS, archiveExport, archiveList, archivePurge, archiveReplay, archiveResolve, archiveShow, usesArchive } from './parked-archive.js';
-import { printDetails, showJson, writer } from './parked-output.js';
+import { exportTo, printDetails, showJson } from './parked-output.js';
 
 const FILTER_NAMES = { error: '--error', errorClass: '--error-class', since: '--since', until: '--until', messageIds: '--id', routingKey: '--routing-key', fingerprint: '--fingerprint' };
 
@@ -493,33 +492,8 @@ export const parkedExport: Command = {
     const options = { ...common(ctx), ...limitOf(ctx) };
     const file = str(ctx.values, 'output');
     const conn = await ctx.connection();
-    let stream: NodeJS.WritableStream = ctx.io.stdout;
-    let fileStream: WriteStream | undefined;
-    if (file !== undefined) {
-      if (file === '') throw new UsageError('--output needs a file name.');
-      const s = createWriteStream(file);
-      await new Promise<void>((resolve, reject) => {
-        s.once('open', () => resolve());
-        s.once('error', (e) => reject(new UsageError(`--output: cannot write ${file}: ${e.message}`)));
-      });
-      stream = s;
-      fileStream = s;
-    }
-    const out = writer(stream);
-    let r: ParkedOperationResult;
-    try {
-      r = await exportParked(conn, c, { ...options, write: (line) => out.write(line) });
-    } catch (error) {
-      const e = out.error();
-      if (e && (e as { code?: string }).code === 'EPIPE') return EXIT.ok; // the reader went away (| head)
-      if (e) throw new CliError(`Writing the export failed: ${e.message}`, EXIT.failed);
-      throw error;
-    } finally {
-      if (fileStream) {
-        const f = fileStream;
-        await new Promise<void>((resolve) => f.end(resolve));
-      }
-    }
+    const r = await exportTo(ctx.io.stdout, file, (write) => exportParked(conn, c, { ...options, write }));
+    if (r === undefined) return EXIT.ok; // the reader went away (| head)
     const where = file ?? 'stdout';
     if (ctx.json && file !== undefined) ctx.printJson({ ...resultJson(r), exported: r.matched, output: file });
     else if (r.matched === 0) noMatch(ctx, c, options.filter, r);
