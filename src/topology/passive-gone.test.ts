@@ -32,9 +32,12 @@ it('a passive exchange deleted while running: after a reconnect the consumer sti
   await waitFor(() => connected >= 1, 'reconnected');
   ch.sendToQueue(q, Buffer.from('{"id":"b"}'), { messageId: 'b' });
   await ch.waitForConfirms();
-  await waitFor(() => got.length === 2, 'the message handled after the reconnect');
-  expect(got).toEqual(['a', 'b']);
-  expect(consumer.stats.acked).toBe(2);
+  await waitFor(() => got.includes('b'), 'the message handled after the reconnect');
+  // 'a' may come once more: its ack, written just before the socket was cut, can be lost
+  // with it (a duplicate, never a loss). 'b' is handled once.
+  expect(got.filter((id) => id === 'b')).toEqual(['b']);
+  expect(new Set(got)).toEqual(new Set(['a', 'b']));
+  await waitFor(() => consumer.stats.acked === got.length, 'each run acked');
   // The reconnect's topology step failed, saying which exchange is gone; the consumer attached anyway.
   expect(errors.map(String).join('\n')).toMatch(/ExchangeNotFoundError: Exchange '.*' does not exist/);
 });
