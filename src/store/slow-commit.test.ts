@@ -21,20 +21,21 @@ function ballast(h: Harness): string {
   return `"${h.spec.tablePrefix}ballast"`;
 }
 
-/** Makes the COMMIT of a transaction that writes the effects table slow; returns the handler's own timeout. */
+/** Makes the COMMIT of a transaction that writes the effects table slow (again, if it was); returns the handler's own timeout. */
 async function slowCommits(h: Harness, store: AnyStore): Promise<number> {
   await createEffects(h.spec, store);
   if (h.spec.backend === 'postgres') {
     const schema = `"${h.spec.schema}"`;
     await store.transaction(async (tx) => {
-      await exec(h.spec, tx, `CREATE FUNCTION ${schema}.slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.8); RETURN NULL; END $$`);
+      await exec(h.spec, tx, `CREATE OR REPLACE FUNCTION ${schema}.slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.8); RETURN NULL; END $$`);
+      await exec(h.spec, tx, `DROP TRIGGER IF EXISTS slow_commit ON ${effectsTable(h.spec)}`);
       await exec(h.spec, tx, `CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT OR UPDATE ON ${effectsTable(h.spec)} DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION ${schema}.slow_commit()`);
     });
     return 300;
   }
   // Grown once, so that a handler's writes reuse free pages instead of growing the file.
   await store.transaction(async (tx) => {
-    await exec(h.spec, tx, `CREATE TABLE ${ballast(h)} (id INTEGER PRIMARY KEY, b BLOB)`);
+    await exec(h.spec, tx, `CREATE TABLE IF NOT EXISTS ${ballast(h)} (id INTEGER PRIMARY KEY, b BLOB)`);
     writeBallast(h, tx);
   });
   await store.transaction((tx) => exec(h.spec, tx, `DELETE FROM ${ballast(h)}`));
@@ -65,44 +66,59 @@ describe.each(BACKENDS)('a guarded handler whose COMMIT is slow: %s', (backend) 
   it.each([
     ['with retries left', 3],
     ['at the cap', 1],
-  ])('%s: its committed work is acked, not retried as timed out or parked', { timeout: 60_000 }, async (_, maxAttempts) => {
+  ])('%s: its committed work is acked, not retried as timed out or parked', { timeout: 120_000 }, async (_, maxAttempts) => {
     const h = await harness(backend);
     const store = h.store();
-    const timeoutMs = await slowCommits(h, store);
-    let name!: string;
-    const topology = testTopology(({ exchange, name: n }): TopologyOptions => {
-      name = n('billing');
-      return { exchange, consumers: { [name]: { bindings: ['order.*'], retry: { delays: ['50ms'], maxAttempts } } } };
-    });
-    const warren = await connectWarren(topology);
-    const handlerMs: number[] = [];
-    const outcomes: Outcome[] = [];
-    const consumer = await warren.consume(
-      name,
-      async (_payload: unknown, ctx) => {
-        const started = performance.now();
-        if (backend === 'sqlite') writeBallast(h, ctx.tx);
-        await bumpEffect(h.spec, ctx.tx, ctx.messageId as string);
-        handlerMs.push(performance.now() - started);
-      },
-      { idempotency: store.idempotency(), timeoutMs },
-    );
-    consumer.on('outcome', (o: Outcome) => outcomes.push(o));
-    const { messageId } = await warren.publish('order.created', { orderId: 1 });
-    await waitFor(() => outcomes.length > 0, 'an outcome', 20_000);
-    // Give a wrongly retried copy the time to come back and be seen as a duplicate.
-    await new Promise((r) => setTimeout(r, 500));
-    const c = topology.consumer(name);
-    const raw = await rawConnection();
-    // The test means something only if the handler returned in time and the outcome came after the deadline.
-    expect(handlerMs[0], 'the handler itself ran within its timeout').toBeLessThan(timeoutMs);
-    expect(outcomes[0]?.durationMs ?? 0, 'the COMMIT ran past the handler\'s deadline').toBeGreaterThan(timeoutMs);
-    expect(outcomes.map((o) => o.kind)).toEqual(['acked']);
-    expect((await readEffects(h.spec, store)).get(messageId)).toBe(1);
-    expect(await depth(raw, c.parkedQueue)).toBe(0);
-    expect(handlerMs).toHaveLength(1);
+    // A disk's speed changes from one second to the next on a busy machine: a try whose
+    // COMMIT came in under the deadline after all proves nothing, so it is run again with
+    // a fresh calibration. Every try must still ack its work once and park nothing.
+    const tries: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      const t = await oneTry(h, store, maxAttempts);
+      if (t.handlerMs < t.timeoutMs && t.durationMs > t.timeoutMs) return;
+      tries.push(`handler ${Math.round(t.handlerMs)} ms, outcome after ${Math.round(t.durationMs)} ms, timeout ${t.timeoutMs} ms`);
+    }
+    expect.fail(`no try had a handler within its timeout and a COMMIT past it: ${tries.join('; ')}`);
   });
 });
+
+/** Publishes one message to a guarded handler whose COMMIT is slow; checks its outcome and returns the timings. */
+async function oneTry(h: Harness, store: AnyStore, maxAttempts: number): Promise<{ handlerMs: number; durationMs: number; timeoutMs: number }> {
+  const backend = h.spec.backend;
+  const timeoutMs = await slowCommits(h, store);
+  let name!: string;
+  const topology = testTopology(({ exchange, name: n }): TopologyOptions => {
+    name = n('billing');
+    return { exchange, consumers: { [name]: { bindings: ['order.*'], retry: { delays: ['50ms'], maxAttempts } } } };
+  });
+  const warren = await connectWarren(topology);
+  const handlerMs: number[] = [];
+  const outcomes: Outcome[] = [];
+  const consumer = await warren.consume(
+    name,
+    async (_payload: unknown, ctx) => {
+      const started = performance.now();
+      if (backend === 'sqlite') writeBallast(h, ctx.tx);
+      await bumpEffect(h.spec, ctx.tx, ctx.messageId as string);
+      handlerMs.push(performance.now() - started);
+    },
+    { idempotency: store.idempotency(), timeoutMs },
+  );
+  consumer.on('outcome', (o: Outcome) => outcomes.push(o));
+  const { messageId } = await warren.publish('order.created', { orderId: 1 });
+  await waitFor(() => outcomes.length > 0, 'an outcome', 20_000);
+  // Give a wrongly retried copy the time to come back and be seen as a duplicate.
+  await new Promise((r) => setTimeout(r, 500));
+  const c = topology.consumer(name);
+  const raw = await rawConnection();
+  expect(outcomes.map((o) => o.kind)).toEqual(['acked']);
+  expect((await readEffects(h.spec, store)).get(messageId)).toBe(1);
+  expect(await depth(raw, c.parkedQueue)).toBe(0);
+  expect(handlerMs).toHaveLength(1);
+  await consumer.close();
+  if (backend === 'sqlite') await store.transaction((tx) => exec(h.spec, tx, `DELETE FROM ${ballast(h)}`));
+  return { handlerMs: handlerMs[0] ?? Infinity, durationMs: outcomes[0]?.durationMs ?? 0, timeoutMs };
+}
 
 // SQLite commits synchronously: nothing, not even its limit, runs while a COMMIT does.
 describe('a COMMIT past commitTimeoutMs: postgres', () => {
