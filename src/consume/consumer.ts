@@ -338,6 +338,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
           // RabbitMQ before 4.3: a delivery held past the consumer timeout closes the channel.
           this.stats.brokerCancels += 1;
           this.logger.warn('the broker closed the consumer\'s channel: a delivery outlived the queue\'s consumer timeout; re-attaching (set the consumer timeout above the handler\'s timeoutMs, docs/brokers.md)', { consumer: this.name, queue: this.declaration.queue, error: err.message, heldLongestMs: this.heldLongestMs(ch) });
+          this.emit('cancelled', { consumer: this.name, queue: this.declaration.queue });
           return;
         }
         this.logger.warn('consumer channel error', { consumer: this.name, error: err.message });

@@ -19,6 +19,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { Logger, TopologyOptions } from '../../src/index.js';
+import { warrenMetrics } from '../../src/metrics/index.js';
+import { parseScrape, valueOf } from '../../src/metrics/testing/scrape.js';
 import { harness } from '../../src/store/testing/harness.js';
 import { BROKER, MGMT_URL, connectWarren, onTeardown, queueCounts, rawConnection, sleep, testTopology, waitFor } from '../helpers.js';
 
@@ -88,6 +90,7 @@ describe.skipIf(!perQueueTimeout)('a handler that outlives the broker\'s consume
         }
       }, { logger, timeoutMs: 120_000, prefetch: 4, concurrency: 4, ...(guard === undefined ? {} : { idempotency: guard }) });
 
+      const metrics = warrenMetrics({ warren });
       await warren.publish('x', { n: 1 }, { messageId: 'slow-1' });
       await waitFor(() => consumer.stats.brokerCancels >= 1, 'the broker to cancel the consumer (or close its channel) for the timeout', 100_000);
       await waitFor(() => consumer.stats.acked + consumer.stats.duplicate >= 1 && running === 0, 'the message to be handled', 100_000);
@@ -107,6 +110,8 @@ describe.skipIf(!perQueueTimeout)('a handler that outlives the broker\'s consume
       const said = lines.find((l) => /broker (cancelled the consumer|closed the consumer's channel)/.test(l.message));
       expect(said, `a log line saying what the broker did; got ${JSON.stringify(lines.map((l) => l.message))}`).toBeDefined();
       expect(finished).toBe(runs);
+      const cancels = valueOf(parseScrape(await metrics.registry.metrics()), 'warren_consumer_cancellations_total', { consumer: decl.name });
+      expect(cancels, 'the metric counts what the broker did').toBe(consumer.stats.brokerCancels);
     }, 240_000);
   }
 });
