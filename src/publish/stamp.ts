@@ -125,16 +125,29 @@ export function stampProperties(messageId: string, occurredAt: number, options: 
 
 let lastIsoAt = Number.NaN;
 let lastIso = '';
+/** The second {@link isoPrefix} is of, and its text up to the milliseconds (`2026-12-02T09:18:04.`). */
+let prefixSecond = Number.NaN;
+let isoPrefix = '';
+/** The end of an ISO time for each millisecond of a second: `000Z` to `999Z`. */
+const MS_SUFFIX: readonly string[] = Array.from({ length: 1000 }, (_, ms) => `${String(ms).padStart(3, '0')}Z`);
 
 /**
- * `new Date(ms).toISOString()`, kept for the last millisecond asked: publishes come many
- * to a millisecond, and the text cost more than the rest of a publish's stamp.
+ * `new Date(ms).toISOString()`, made from the text of its second (kept) and a suffix for
+ * its millisecond: `toISOString()` cost about 0.5 µs, more than the rest of a publish's
+ * stamp, and at a few publishes per millisecond the last millisecond's text seldom
+ * serves the next. Years outside 0000-9999 (six-digit years) take `toISOString()` itself.
  */
 export function isoTime(ms: number): string {
-  if (ms !== lastIsoAt) {
-    lastIso = new Date(ms).toISOString();
-    lastIsoAt = ms;
+  if (ms === lastIsoAt) return lastIso;
+  const second = Math.floor(ms / 1000);
+  if (second !== prefixSecond) {
+    const whole = new Date(second * 1000).toISOString();
+    if (whole.length !== 24) return new Date(ms).toISOString();
+    isoPrefix = whole.slice(0, 20);
+    prefixSecond = second;
   }
+  lastIso = isoPrefix + (MS_SUFFIX[ms - second * 1000] as string);
+  lastIsoAt = ms;
   return lastIso;
 }
 
