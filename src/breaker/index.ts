@@ -14,6 +14,9 @@ import { hostname, userInfo } from 'node:os';
 import { InvalidOptionError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { HealthState } from '../retry-table/health.js';
+import type { ControlSettings } from './control.js';
+
+export * from './control.js';
 
 /** Where the breaker hears of dependencies: a `HealthMonitor` (`store.retryTable.health(checks)` or `dependencyChecks(checks)`). */
 export interface DependencyHealth {
@@ -199,6 +202,9 @@ export type PauseCause =
   | { readonly by: 'dependency'; readonly dependency: string; readonly reason: string }
   | { readonly by: 'hand'; readonly reason: string; readonly actor: string };
 
+/** A hand pause: where it came from, why, by whom, since when. */
+export type HandPause = PauseCause & { readonly by: 'hand'; readonly since: Date; readonly from: 'process' | 'store' };
+
 /** A consumer's intake: consuming, or paused and why. */
 export interface IntakeState {
   /** True while the consumer takes messages. */
@@ -207,8 +213,11 @@ export interface IntakeState {
   readonly breaker: 'off' | 'closed' | 'open' | 'half-open';
   /** Why the breaker is open, and since when. */
   readonly open: (PauseCause & { readonly since: Date; readonly nextProbeAt: Date | undefined }) | undefined;
-  /** The hand pause in force. */
-  readonly hand: (PauseCause & { readonly by: 'hand'; readonly since: Date }) | undefined;
+  /**
+   * The hand pause in force: `from: 'store'` when it came through the consumer's `control`
+   * (`warren consumer pause`, the console), `'process'` when `consumer.pause()` made it here.
+   */
+  readonly hand: HandPause | undefined;
   /** Probes sent since the consumer started, by how they ended. */
   readonly probes: Readonly<Record<ProbeResult, number>>;
   /** Total time the breaker has been open, in ms (the current opening included). */
@@ -219,7 +228,11 @@ export interface IntakeState {
 export class Breaker {
   private state: 'closed' | 'open' | 'half-open' = 'closed';
   private cause: (PauseCause & { since: Date }) | undefined;
-  private hand: (PauseCause & { by: 'hand'; since: Date }) | undefined;
+  /** The pause made here (`consumer.pause()`) and the one followed from the store; either stops the intake. */
+  private handHere: HandPause | undefined;
+  private handStore: HandPause | undefined;
+  private followTimer: NodeJS.Timeout | undefined;
+  private controlFailing = false;
   private streak = 0;
   /** The failure-rate window: times and verdicts, oldest first. */
   private window: Array<{ at: number; failed: boolean }> = [];
@@ -237,21 +250,58 @@ export class Breaker {
   constructor(
     private readonly settings: BreakerSettings | undefined,
     private readonly host: BreakerHost,
+    private readonly control: ControlSettings | undefined = undefined,
   ) {
     this.delay = settings?.probeMs ?? BREAKER_DEFAULTS.probeMs;
   }
 
-  /** Starts listening to the health checks (the consumer calls it at its start). */
-  start(): void {
+  /**
+   * Starts listening to the health checks and, with a control, reads the consumer's row
+   * once before resolving (a consumer paused in the store takes nothing at its start),
+   * then again at the control's interval. The consumer calls it at its start.
+   */
+  async start(): Promise<void> {
     const health = this.settings?.health;
-    if (health === undefined || this.disposed) return;
-    health.on('check', this.onCheck);
-    for (const s of health.states()) if (s.healthy !== undefined) this.check(s);
+    if (health !== undefined && !this.disposed) {
+      health.on('check', this.onCheck);
+      for (const s of health.states()) if (s.healthy !== undefined) this.check(s);
+    }
+    if (this.control !== undefined && !this.disposed) await this.follow();
+  }
+
+  /** The hand pause in force: the store's first, as it outlasts one made here. */
+  private get hand(): HandPause | undefined {
+    return this.handStore ?? this.handHere;
   }
 
   /** True while the consumer should take messages. */
   get intakeOpen(): boolean {
     return this.state === 'closed' && this.hand === undefined && !this.disposed;
+  }
+
+  /** Reads the consumer's row in the store and follows it; a store that cannot be read changes nothing. */
+  private async follow(): Promise<void> {
+    const control = this.control;
+    if (control === undefined || this.disposed) return;
+    try {
+      const row = (await control.source.read(this.host.name)).find((r) => r.consumer === this.host.name);
+      if (this.controlFailing) this.host.logger.info('the consumer reads its pauses in the store again', { consumer: this.host.name });
+      this.controlFailing = false;
+      if (this.disposed) return;
+      if (row?.paused === true && this.handStore === undefined) this.pauseByHand(row.reason, row.actor, 'store', row.since);
+      else if (row?.paused !== true && this.handStore !== undefined) this.resumeByHand(row?.resumedBy ?? 'unknown', 'store');
+    } catch (error) {
+      if (!this.controlFailing) {
+        this.host.logger.warn('could not read the consumer\'s pauses in the store; it goes on as it was until it can', { consumer: this.host.name, error: error instanceof Error ? error.message : String(error) });
+      }
+      this.controlFailing = true;
+    } finally {
+      if (!this.disposed) {
+        clearTimeout(this.followTimer);
+        this.followTimer = setTimeout(() => void this.follow(), control.intervalMs);
+        this.followTimer.unref();
+      }
+    }
   }
 
   /** A snapshot for health, status and metrics. */
@@ -310,24 +360,35 @@ export class Breaker {
     this.scheduleProbe(this.delay);
   }
 
-  /** Pauses by hand: the breaker never lifts it, only {@link resumeByHand} does. */
-  pauseByHand(reason: string, actor: string): boolean {
-    if (this.hand !== undefined) return false;
+  /**
+   * Pauses by hand: the breaker never lifts it, only {@link resumeByHand} from the same
+   * place does. `from`: `process` for `consumer.pause()`, `store` for the control's row.
+   */
+  pauseByHand(reason: string, actor: string, from: 'process' | 'store' = 'process', since: Date = new Date()): boolean {
+    if ((from === 'store' ? this.handStore : this.handHere) !== undefined) return false;
     const wasOpen = this.intakeOpen;
-    this.hand = { by: 'hand', reason, actor, since: new Date() };
-    this.host.logger.warn('consumer paused by hand; messages wait in its queue', { consumer: this.host.name, reason, actor });
-    this.host.emit('paused', { consumer: this.host.name, by: 'hand', reason, actor });
+    const hand: HandPause = { by: 'hand', reason, actor, since, from };
+    if (from === 'store') this.handStore = hand;
+    else this.handHere = hand;
+    this.host.logger.warn(from === 'store' ? 'consumer paused by hand (through the store); messages wait in its queue' : 'consumer paused by hand; messages wait in its queue', { consumer: this.host.name, reason, actor });
+    this.host.emit('paused', { consumer: this.host.name, by: 'hand', reason, actor, from });
     if (wasOpen) this.host.intakeChanged();
     return true;
   }
 
-  /** Lifts the hand pause; the consumer consumes again unless the breaker is open (it then probes as before). */
-  resumeByHand(actor: string): boolean {
-    const hand = this.hand;
+  /**
+   * Lifts the hand pause made from `from`; the consumer consumes again unless another
+   * pause is in force or the breaker is open (it then probes as before).
+   */
+  resumeByHand(actor: string, from: 'process' | 'store' = 'process'): boolean {
+    const hand = from === 'store' ? this.handStore : this.handHere;
     if (hand === undefined) return false;
-    this.hand = undefined;
-    this.host.logger.info('consumer resumed by hand', { consumer: this.host.name, actor, pausedMs: Date.now() - hand.since.getTime(), breaker: this.state });
-    this.host.emit('resumed', { consumer: this.host.name, by: 'hand', actor, pausedMs: Date.now() - hand.since.getTime() });
+    if (from === 'store') this.handStore = undefined;
+    else this.handHere = undefined;
+    const still = this.hand;
+    this.host.logger.info(still === undefined ? 'consumer resumed by hand' : `consumer resumed by hand here; it stays paused by the pause ${still.from === 'store' ? 'in the store' : 'made in this process'}`, { consumer: this.host.name, actor, from, pausedMs: Date.now() - hand.since.getTime(), breaker: this.state });
+    this.host.emit('resumed', { consumer: this.host.name, by: 'hand', actor, from, pausedMs: Date.now() - hand.since.getTime() });
+    if (still !== undefined) return true;
     if (this.intakeOpen) this.host.intakeChanged();
     else if (this.state !== 'closed' && !this.probing) this.scheduleProbe(this.down.size === 0 ? 0 : this.delay);
     return true;
@@ -338,6 +399,8 @@ export class Breaker {
     this.disposed = true;
     clearTimeout(this.timer);
     this.timer = undefined;
+    clearTimeout(this.followTimer);
+    this.followTimer = undefined;
     this.settings?.health?.off('check', this.onCheck);
   }
 

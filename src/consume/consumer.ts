@@ -9,7 +9,7 @@ import type { ConsumerTopology, Topology } from '../topology/declaration.js';
 import type { Publisher } from '../publish/publisher.js';
 import { checkPolicy } from '../retry-table/wait.js';
 import { closeChannel } from '../connection/channel.js';
-import { Breaker, breakerSettings, checkActor, verdictOf, type IntakeState, type ProbeStart } from '../breaker/index.js';
+import { Breaker, breakerSettings, checkActor, controlSettings, verdictOf, type IntakeState, type ProbeStart } from '../breaker/index.js';
 import type { ActionLog } from '../audit/entry.js';
 import { AckLine } from './acks.js';
 import { BlipMemory } from './blips.js';
@@ -188,7 +188,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       intakeChanged: () => this.intakeChanged(),
       probe: () => this.probe(),
       emit: (event, payload) => void this.emit(event, payload),
-    });
+    }, controlSettings(options.control));
     this.settler = new Settler(this.parts);
     this.processor = new Processor(this.parts, handler, decoder, idReader, this.clock, this.settler);
   }
@@ -206,7 +206,7 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       await this.attach(model);
     };
     this.unregister = () => this.connection.offReady(hook);
-    this.breaker.start();
+    await this.breaker.start();
     try {
       await this.connection.onReady(hook);
     } catch (error) {
@@ -252,8 +252,10 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
   }
 
   /**
-   * Lifts a hand pause: the consumer consumes again, unless its breaker is open (it then
-   * probes as it would have). Resolves false when there was no hand pause.
+   * Lifts a hand pause made by {@link pause}: the consumer consumes again, unless its
+   * breaker is open (it then probes as it would have) or a pause in the store (the
+   * `control` option) is in force: only a resume there lifts that one. Resolves false
+   * when there was no pause made by {@link pause}.
    */
   async resume(options: PauseOptions = {}): Promise<boolean> {
     const actor = checkActor(options.actor);

@@ -1,5 +1,5 @@
 import type { Logger } from '../logger.js';
-import type { BreakerOptions } from '../breaker/index.js';
+import type { BreakerOptions, ConsumerControl, ControlOptions } from '../breaker/index.js';
 import type { RetryTablePolicy } from '../retry-table/wait.js';
 import type { Classifier } from './classify.js';
 import type { Decoder } from './decode.js';
@@ -126,6 +126,19 @@ export interface ConsumerOptions<T = unknown, Tx = undefined> {
    * { breaker: { health: store.retryTable.health({ carrier: 'http://carrier/health' }), dependencies: ['carrier'] } }
    */
   breaker?: BreakerOptions | boolean;
+  /**
+   * Where this consumer's hand pauses are kept for every process: `store.control`. The
+   * consumer reads its row at its start and then every `intervalMs`; a pause from
+   * `warren consumer pause`, the console or `store.control.pause()` stops its intake as
+   * `consumer.pause()` does, and only a resume there lifts it (never the breaker, never
+   * `consumer.resume()`). A store that cannot be read changes nothing. See docs/breaker.md.
+   * @default none: only `consumer.pause()` pauses
+   *
+   * @example
+   * { control: store.control }
+   * { control: { source: store.control, intervalMs: 500 } }
+   */
+  control?: ConsumerControl | ControlOptions;
   /** @default the Warren's logger */
   logger?: Logger;
   /**

@@ -12,20 +12,38 @@ import { sleep } from './options.js';
 import { StoreBusyError } from './transaction.js';
 
 describe.each(BACKENDS)('store contract: %s', (backend) => {
+  describe('consumer control', () => {
+    it('keeps one hand pause per consumer: the first reason stays, a resume says who', async () => {
+      const h = await harness(backend);
+      const store = h.store();
+      expect(await store.control.pause('shipping', 'carrier maintenance', 'alice')).toBe(true);
+      expect(await store.control.pause('shipping', 'another reason', 'bob')).toBe(false);
+      const [row] = await store.control.read('shipping');
+      expect(row).toMatchObject({ consumer: 'shipping', paused: true, reason: 'carrier maintenance', actor: 'alice', resumedBy: undefined });
+      expect(await h.store().control.read('billing')).toEqual([]);
+      expect(await store.control.resume('shipping', 'bob')).toBe(true);
+      expect(await store.control.resume('shipping', 'bob')).toBe(false);
+      expect((await h.store().control.read())[0]).toMatchObject({ paused: false, resumedBy: 'bob' });
+      expect(await store.control.pause('shipping', 'again', 'carol')).toBe(true);
+      expect((await store.control.read('shipping'))[0]).toMatchObject({ paused: true, reason: 'again', actor: 'carol', resumedBy: undefined });
+      await expect(store.control.pause('shipping', '', 'alice')).rejects.toThrow(/reason/);
+    });
+  });
+
   describe('migrations', () => {
     it('applies the schema once; running again changes nothing', async () => {
       const h = await harness(backend);
       const store = h.store();
-      expect(await store.migrate()).toEqual({ applied: [1, 2, 3, 4, 5], version: 5 });
-      expect(await store.migrate()).toEqual({ applied: [], version: 5 });
-      expect(await h.store().migrate()).toEqual({ applied: [], version: 5 });
+      expect(await store.migrate()).toEqual({ applied: [1, 2, 3, 4, 5, 6], version: 6 });
+      expect(await store.migrate()).toEqual({ applied: [], version: 6 });
+      expect(await h.store().migrate()).toEqual({ applied: [], version: 6 });
     });
 
     it('is safe when two stores migrate at the same moment: one applies, the other finds it done', async () => {
       const h = await harness(backend);
       const reports = await Promise.all([h.store().migrate(), h.store().migrate(), h.store().migrate()]);
-      expect(reports.flatMap((r) => r.applied)).toEqual([1, 2, 3, 4, 5]);
-      expect(reports.every((r) => r.version === 5)).toBe(true);
+      expect(reports.flatMap((r) => r.applied)).toEqual([1, 2, 3, 4, 5, 6]);
+      expect(reports.every((r) => r.version === 6)).toBe(true);
     });
 
     it('is safe when two processes start at the same moment', async () => {
@@ -34,8 +52,8 @@ describe.each(BACKENDS)('store contract: %s', (backend) => {
       const children = [spawnChild(env), spawnChild(env)];
       const lines = await Promise.all(children.map((c) => c.line('migrated ')));
       const reports = lines.map((l) => JSON.parse(l.slice('migrated '.length)) as { applied: number[]; version: number });
-      expect(reports.flatMap((r) => r.applied)).toEqual([1, 2, 3, 4, 5]);
-      expect(reports.map((r) => r.version)).toEqual([5, 5]);
+      expect(reports.flatMap((r) => r.applied)).toEqual([1, 2, 3, 4, 5, 6]);
+      expect(reports.map((r) => r.version)).toEqual([6, 6]);
       expect(await Promise.all(children.map((c) => c.exited))).toEqual([0, 0]);
     });
 
@@ -49,7 +67,7 @@ describe.each(BACKENDS)('store contract: %s', (backend) => {
       expect(store.tables.retry).toContain(`${p}retry`);
       expect(store.tables.archive).toContain(`${p}archive`);
       const count = await store.transaction((tx) => exec(h.spec, tx, `SELECT count(*) AS n FROM ${store.tables.migrations}`));
-      expect(Number((count[0] as { n: number }).n)).toBe(5);
+      expect(Number((count[0] as { n: number }).n)).toBe(6);
       // Every archive table is there, under the prefix.
       for (const t of [store.tables.archive, store.tables.archivePayload, store.tables.archiveHeaders, store.tables.archiveGroups]) {
         expect(await store.transaction((tx) => exec(h.spec, tx, `SELECT count(*) AS n FROM ${t}`))).toEqual([{ n: backend === 'sqlite' ? 0 : '0' }]);
@@ -64,13 +82,13 @@ describe.each(BACKENDS)('store contract: %s', (backend) => {
       // Back to schema 1, as an older version of warren left it.
       const t = old.tables;
       await old.transaction(async (tx) => {
-        for (const sql of [`DROP TABLE ${t.retry}`, `DROP TABLE ${t.retryHolds}`, `DROP TABLE ${t.retryAudit}`, `ALTER TABLE ${t.outbox} DROP COLUMN origin`, `DROP TABLE ${t.actions}`, `DROP TABLE ${t.archive}`, `DROP TABLE ${t.archivePayload}`, `DROP TABLE ${t.archiveHeaders}`, `DROP TABLE ${t.archiveGroups}`, ...(backend === 'sqlite' ? [`DROP TABLE ${t.archiveSearch}`] : []), `DELETE FROM ${t.migrations} WHERE version >= 2`]) {
+        for (const sql of [`DROP TABLE ${t.retry}`, `DROP TABLE ${t.retryHolds}`, `DROP TABLE ${t.retryAudit}`, `ALTER TABLE ${t.outbox} DROP COLUMN origin`, `DROP TABLE ${t.actions}`, `DROP TABLE ${t.archive}`, `DROP TABLE ${t.archivePayload}`, `DROP TABLE ${t.archiveHeaders}`, `DROP TABLE ${t.archiveGroups}`, ...(backend === 'sqlite' ? [`DROP TABLE ${t.archiveSearch}`] : []), `DROP TABLE ${t.control}`, `DELETE FROM ${t.migrations} WHERE version >= 2`]) {
           await exec(h.spec, tx, sql);
         }
       });
       await old.close();
       const store = h.store();
-      expect(await store.migrate()).toEqual({ applied: [2, 3, 4, 5], version: 5 });
+      expect(await store.migrate()).toEqual({ applied: [2, 3, 4, 5, 6], version: 6 });
       expect((await store.outbox.lag()).pending).toBe(1);
       expect(await store.retryTable.count()).toBe(0);
     });

@@ -4,6 +4,7 @@
  * `warren/postgres`) and load `better-sqlite3` or `pg` only when used.
  */
 import type { ActionLog } from '../audit/entry.js';
+import type { ConsumerControl } from '../breaker/control.js';
 import type { IdempotencyGuard } from '../consume/types.js';
 // eslint-disable-next-line @typescript-eslint/no-unused-vars -- for the {@link}s in doc comments below, which TypeDoc and editors resolve through imports
 import type { StoreSchemaError, StoreUnavailableError } from '../errors.js';
@@ -81,6 +82,11 @@ export interface Store<Tx> {
   processed(consumer: string, messageIds: readonly string[]): Promise<Set<string>>;
   /** The record of operators' actions (replays, purges, releases), in this database: append-only, never pruned. */
   readonly actions: ActionLog;
+  /**
+   * Hand pauses of consumers, for every process: a consumer given `control: store.control`
+   * follows its row here (see docs/breaker.md).
+   */
+  readonly control: ConsumerControl;
   /**
    * The failure archive's tables: every parked message, one row per parking (see
    * docs/archive.md). An ingester fills them (`Warren.connect({ archive })`, or

@@ -15,7 +15,7 @@ export interface StoreOptions {
   /**
    * Prefix of warren's table names: `<prefix>processed` (idempotency markers),
    * `<prefix>outbox`, `<prefix>retry`, `<prefix>retry_holds`, `<prefix>retry_audit`,
-   * `<prefix>actions`, `<prefix>archive` (with `_payload`, `_headers`, `_groups` and, on SQLite, `_search`) and `<prefix>migrations`. Letters, digits and `_`, starting with a
+   * `<prefix>actions`, `<prefix>archive` (with `_payload`, `_headers`, `_groups` and, on SQLite, `_search`), `<prefix>consumer_control` and `<prefix>migrations`. Letters, digits and `_`, starting with a
    * letter or `_`, at most 40 characters.
    * @default 'warren_'
    */
@@ -80,6 +80,8 @@ export interface StoreTables {
   readonly archiveGroups: string;
   /** SQLite's full-text index of archived bodies (FTS5); PostgreSQL indexes the payload table instead. */
   readonly archiveSearch: string;
+  /** Hand pauses by consumer, followed by every running consumer given `control: store.control`. */
+  readonly control: string;
 }
 
 /** What `Store.migrate` did. */

@@ -211,6 +211,23 @@ export const MIGRATIONS: readonly Migration[] = [
     // planner took the group index and sorted every open row of the consumer for a page.
     statements: (t, p) => [`CREATE INDEX "${p}archive_state_time" ON ${t.archive} (consumer, state, failed_at, id)`],
   },
+  {
+    version: 6,
+    name: 'consumer control',
+    // One row per consumer ever paused: every running consumer with `control` reads its own.
+    // A resume keeps the row, saying who resumed, so a follower can log it.
+    statements: (t) => [
+      `CREATE TABLE ${t.control} (
+        consumer text PRIMARY KEY,
+        paused boolean NOT NULL,
+        reason text NOT NULL,
+        actor text NOT NULL,
+        since timestamptz NOT NULL,
+        resumed_by text,
+        resumed_at timestamptz
+      )`,
+    ],
+  },
 ];
 
 /** The newest version this code knows. */

@@ -196,6 +196,23 @@ export const MIGRATIONS: readonly Migration[] = [
     // planner took the group index and sorted every open row of the consumer for a page.
     statements: (t, p) => [`CREATE INDEX "${p}archive_state_time" ON ${t.archive} (consumer, state, failed_at, id)`],
   },
+  {
+    version: 6,
+    name: 'consumer control',
+    // One row per consumer ever paused: every running consumer with `control` reads its own.
+    // A resume keeps the row, saying who resumed, so a follower can log it.
+    statements: (t) => [
+      `CREATE TABLE ${t.control} (
+        consumer TEXT PRIMARY KEY,
+        paused INTEGER NOT NULL,
+        reason TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        since INTEGER NOT NULL,
+        resumed_by TEXT,
+        resumed_at INTEGER
+      ) WITHOUT ROWID`,
+    ],
+  },
 ];
 
 /** The newest version this code knows. */

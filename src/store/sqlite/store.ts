@@ -18,6 +18,7 @@ import { openSqlite, type SqliteDatabase, type SqliteStatement } from './driver.
 import { isBusy, mapError } from './errors.js';
 import { SqliteIdempotencyGuard } from './idempotency.js';
 import { applyMigrations, appliedVersions, LATEST } from './migrations.js';
+import { SqliteControl } from './control.js';
 import { SqliteActionLog } from './actions.js';
 import { SqliteArchive } from './archive.js';
 import { SqliteOutboxImpl, SqliteRelayDriver } from './outbox.js';
@@ -47,6 +48,7 @@ export class SqliteStoreImpl<DB extends SqliteDatabase = SqliteDatabase> impleme
   readonly outbox: SqliteOutboxImpl<DB>;
   readonly retryTable: RetryTable;
   readonly actions: SqliteActionLog<DB>;
+  readonly control: SqliteControl<DB>;
   readonly archive: SqliteArchive<DB>;
   readonly events = new EventEmitter();
   private readonly options: ResolvedStoreOptions;
@@ -90,9 +92,11 @@ export class SqliteStoreImpl<DB extends SqliteDatabase = SqliteDatabase> impleme
       archiveHeaders: `"${p}archive_headers"`,
       archiveGroups: `"${p}archive_groups"`,
       archiveSearch: `"${p}archive_search"`,
+      control: `"${p}consumer_control"`,
     });
     this.outbox = new SqliteOutboxImpl<DB>(this);
     this.actions = new SqliteActionLog<DB>(this);
+    this.control = new SqliteControl<DB>(this);
     this.archive = new SqliteArchive<DB>(this);
     this.retryTable = new RetryTable({ driver: new SqliteRetryTableDriver<DB>(this), relay: (o) => this.relay(o), logger: this.options.logger });
     this.pruner = new PruneSchedule(() => this.prune(), this.options.pruneIntervalMs, this.options.logger, 'sqlite');
