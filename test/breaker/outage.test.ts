@@ -135,7 +135,7 @@ describe(`breaker (RabbitMQ ${BROKER})`, () => {
     expect(h.reasons).toContainEqual({ component: `consumer ${c.name}`, fails: 'none', message: expect.stringMatching(/paused by hand by alice .*: mail provider maintenance\); they wait in queue/) as unknown as string });
     const s = parseScrape(await metrics.registry.metrics());
     expect(valueOf(s, 'warren_consumer_paused', { consumer: c.name, reason: 'hand' })).toBe(1);
-    expect(paused).toEqual([{ consumer: c.name, by: 'hand', reason: 'mail provider maintenance', actor: 'alice' }]);
+    expect(paused).toEqual([{ consumer: c.name, by: 'hand', reason: 'mail provider maintenance', actor: 'alice', from: 'process' }]);
     expect(await consumer.resume({ actor: 'alice' })).toBe(true);
     await waitFor(() => runs === 50, () => `the 50 messages handled after the resume (${runs})`);
     expect(consumer.intake.consuming).toBe(true);
