@@ -8,6 +8,7 @@ import { duration, GLOBAL_FLAGS, parseStrict, positionalsOf, str, type FlagSpecs
 import type { Command, CommandContext } from './command.js';
 import { archiveCommand } from './commands/archive.js';
 import { consoleCommand, consoleHashPassword } from './commands/console.js';
+import { CONSUMER_COMMANDS } from './commands/consumer.js';
 import { parkedExport, parkedList, parkedPurge, parkedReplay, parkedResolve, parkedShow } from './commands/parked.js';
 import { metrics } from './commands/metrics.js';
 import { OUTBOX_COMMANDS } from './commands/outbox.js';
@@ -19,7 +20,7 @@ import { CliError, EXIT, UsageError, type ExitCode } from './errors.js';
 import { commandHelp, groupHelp, mainHelp } from './help.js';
 
 /** Every command, in the order help lists them. */
-export const COMMANDS: readonly Command[] = [status, parkedList, parkedShow, parkedReplay, parkedPurge, parkedExport, parkedResolve, ...RETRY_COMMANDS, ...OUTBOX_COMMANDS, archiveCommand, topologyPlan, topologyApply, topologyVerify, metrics, consoleHashPassword, consoleCommand];
+export const COMMANDS: readonly Command[] = [status, parkedList, parkedShow, parkedReplay, parkedPurge, parkedExport, parkedResolve, ...RETRY_COMMANDS, ...OUTBOX_COMMANDS, ...CONSUMER_COMMANDS, archiveCommand, topologyPlan, topologyApply, topologyVerify, metrics, consoleHashPassword, consoleCommand];
 
 function version(): string {
   try {
