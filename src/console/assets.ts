@@ -32,6 +32,7 @@ td.n { text-align:right; font-variant-numeric:tabular-nums; }
 .error { color:var(--alert); white-space:pre-wrap; }
 .muted { color:var(--muted); }
 .tier { margin-right:.6rem; white-space:nowrap; }
+.badge { font-size:.8em; padding:0 .3rem; border-radius:3px; white-space:nowrap; }
 #problems li { color:var(--alert); }
 #charts { display:grid; grid-template-columns:repeat(auto-fill, minmax(340px, 1fr)); gap:1rem; }
 .chart-box { margin:0; border:1px solid var(--line); padding:.5rem; }

@@ -11,6 +11,7 @@ import type { ManagementClient } from '../management/client.js';
 import { BrokerReader, type BrokerSnapshot, type QueueFigures } from '../metrics/broker.js';
 import type { RetrySignals } from '../retry-table/index.js';
 import { findBindingProblems, findProblems, type ConsumerState, type QueueState, type StatusProblem } from '../status/index.js';
+import type { ConsumerPauseRow } from '../breaker/control.js';
 import type { ArchiveCounts, OutboxLag, Store } from '../store/index.js';
 import type { Topology } from '../topology/declaration.js';
 import type { BrokerBinding } from '../topology/plan.js';
@@ -45,12 +46,21 @@ export interface ConsumerView {
   readonly openFailures: number | null;
   /** With an ingester: `running`, `behind` (the database does not take its batches), `connecting` or `stopped`. */
   readonly ingest: ArchiveIngestState['status'] | null;
+  /**
+   * The hand pause in the database (`store.control`), followed by every running consumer given
+   * `control: store.control`; null when there is none, or without a database.
+   */
+  readonly pause: { readonly reason: string; readonly actor: string; readonly since: string } | null;
+}
+
+function pauseView(r: ConsumerPauseRow | undefined): ConsumerView['pause'] {
+  return r === undefined ? null : { reason: r.reason, actor: r.actor, since: r.since.toISOString() };
 }
 
 /** Something to look at, with the kinds `warren status` uses. */
 export interface Problem {
   readonly consumer: string;
-  readonly kind: StatusProblem['kind'] | 'outbox-flagged' | 'retry-overdue' | 'unreadable' | 'archive-behind';
+  readonly kind: StatusProblem['kind'] | 'outbox-flagged' | 'retry-overdue' | 'unreadable' | 'archive-behind' | 'paused';
   readonly message: string;
 }
 
@@ -129,7 +139,7 @@ export class ConsoleData {
   private readonly capacity: number;
   private timer: NodeJS.Timeout | undefined;
   private bindings: { at: number; value: Promise<BrokerBinding[] | undefined> } | undefined;
-  private database: { at: number; value: Promise<{ retry: RetrySignals; outbox: OutboxLag } | { error: string }> } | undefined;
+  private database: { at: number; value: Promise<{ retry: RetrySignals; outbox: OutboxLag; pauses: ConsumerPauseRow[] } | { error: string }> } | undefined;
   private sampling: Promise<void> | undefined;
   private archiveCounts: { at: number; value: Promise<Map<string, ArchiveCounts> | { error: string }> } | undefined;
 
@@ -240,12 +250,12 @@ export class ConsoleData {
     return value;
   }
 
-  private readDatabase(): Promise<{ retry: RetrySignals; outbox: OutboxLag } | { error: string }> | undefined {
+  private readDatabase(): Promise<{ retry: RetrySignals; outbox: OutboxLag; pauses: ConsumerPauseRow[] } | { error: string }> | undefined {
     const store = this.options.store;
     if (!store) return undefined;
     if (this.database && Date.now() - this.database.at < this.options.cacheMs) return this.database.value;
-    const value = Promise.all([store.retryTable.signals(), store.outbox.lag()]).then(
-      ([retry, outbox]) => ({ retry, outbox }),
+    const value = Promise.all([store.retryTable.signals(), store.outbox.lag(), store.control.read()]).then(
+      ([retry, outbox, pauses]) => ({ retry, outbox, pauses }),
       (error: unknown) => ({ error: message(error) }),
     );
     this.database = { at: Date.now(), value };
@@ -282,6 +292,7 @@ export class ConsoleData {
     const [snap, bindings, db, archived] = await Promise.all([this.reader.read(), this.readBindings(), this.readDatabase(), this.readArchive()]);
     const counts = archived !== undefined && !('error' in archived) ? (archived as Map<string, ArchiveCounts>) : undefined;
     const ingestion = this.ingestion();
+    const pauses = new Map(db !== undefined && !('error' in db) ? db.pauses.filter((r) => r.paused).map((r) => [r.consumer, r]) : []);
     if (this.ring.length === 0 || (this.ring.at(-1) as Sample).t < snap.at - this.options.sampleIntervalMs) this.sampling ??= this.sample();
     const byQueue = new Map(snap.queues.map((q) => [q.queue, q]));
     const rates = this.rates();
@@ -300,6 +311,7 @@ export class ConsoleData {
         archive: archiveView,
         openFailures: this.options.archive === undefined ? parkedView.depth : archiveView === null ? null : archiveView.open + (parkedView.depth ?? 0),
         ingest: ingestion.get(c.name)?.status ?? null,
+        pause: pauseView(pauses.get(c.name)),
         consumers: work?.exists ? (work.consumers ?? null) : null,
         redeliverRate: rates.get(c.name) ?? null,
         tiers: c.retryQueues.map((q, i) => ({ ...view(byQueue.get(q), q), delay: byQueue.get(q)?.delay ?? `${c.delaysMs[i]}ms` })),
@@ -332,6 +344,11 @@ export class ConsoleData {
           const parts = [v.archive !== null ? `${open} in the archive` : 'the archive could not be read', ...(inQueue > 0 ? [`${inQueue} still in ${v.parked.queue}`] : [])];
           problems.push({ consumer: v.name, kind: 'parked', message: `${open + inQueue} open failure${open + inQueue === 1 ? '' : 's'} (${parts.join(', ')}); see the console's parked page` });
         }
+      }
+      for (const v of consumers) {
+        if (v.pause === null) continue;
+        const waiting = v.work.depth ?? 0;
+        problems.push({ consumer: v.name, kind: 'paused', message: `paused by hand by ${v.pause.actor} since ${v.pause.since}: ${v.pause.reason}; ${waiting} message${waiting === 1 ? '' : 's'} wait in ${v.work.queue}` });
       }
       if (snap.source === 'management' && bindings !== undefined) problems.push(...findBindingProblems(topology, states, bindings, this.options.management?.vhost ?? '/'));
     }

@@ -94,3 +94,62 @@ describe('console: retry table and outbox', () => {
     expect((await store.actions.list({ limit: 1 }))[0]).toMatchObject({ action: 'outbox.release', actor: 'alice', count: 1 });
   });
 });
+
+describe('console: hand pauses', () => {
+  it('pauses a running consumer through the database and resumes it; seen on the overview; each recorded', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, consumers: { shipping: { queue: name('shipping'), bindings: ['order.paid'] } } }));
+    const store = await tempStore();
+    const app = await connectWarren(topology);
+    let runs = 0;
+    const consumer = await app.consume('shipping', () => void runs++, { control: { source: store.control, intervalMs: 100 } });
+    const ops = testConsole(topology, { store, databaseName: 'sqlite:app.db' });
+
+    const before = await get(ops, '/');
+    expect(before.text).toMatch(/<tr data-pause="shipping"><th scope="row">shipping<\/th><td data-field="state">taking messages<\/td>/);
+    expect(before.text).toContain('data-action="pause"');
+    expect((await get(ops, '/', VIEWER)).text).not.toContain('data-action="pause"');
+
+    expect((await post(ops, '/consumers/shipping/pause', { reason: 'carrier maintenance' }, { user: VIEWER })).status).toBe(403);
+    const noReason = await post(ops, '/consumers/shipping/pause', { reason: '  ' });
+    expect(noReason.status).toBe(400);
+    expect(noReason.text).toContain('Give a reason of 1 to 500 characters');
+    expect((await post(ops, '/consumers/shipping/pause', { reason: 'x'.repeat(501) })).status).toBe(400);
+    expect((await post(ops, '/consumers/no-such/pause', { reason: 'typo' })).status).toBe(404);
+    expect((await post(ops, '/consumers/shipping/stop', {})).status).toBe(404);
+    expect(await store.control.read()).toEqual([]);
+
+    expect((await post(ops, '/consumers/shipping/pause', { reason: 'carrier <maintenance>' })).status).toBe(303);
+    await waitFor(() => !consumer.intake.consuming, 'the consumer to follow the pause made in the console');
+    expect(consumer.intake.hand).toMatchObject({ reason: 'carrier <maintenance>', from: 'store' });
+    for (let i = 0; i < 5; i++) await app.publish('order.paid', { i });
+    const overview = await waitForOverview(ops, (o) => o.consumers[0]?.work.depth === 5);
+    expect(overview.consumers[0]?.pause).toMatchObject({ reason: 'carrier <maintenance>', actor: expect.any(String) as unknown as string });
+    expect(overview.problems).toContainEqual(expect.objectContaining({ consumer: 'shipping', kind: 'paused', message: expect.stringMatching(/^paused by hand by .*: carrier <maintenance>; 5 messages wait in /) as unknown as string }));
+    const page = await get(ops, '/');
+    expect(page.text).toContain('data-field="pause"');
+    expect(page.text).toContain('carrier &lt;maintenance&gt;');
+    expect(page.text).not.toContain('carrier <maintenance>');
+    expect(page.text).toContain('data-action="resume"');
+    expect(runs).toBe(0);
+
+    expect((await post(ops, '/consumers/shipping/resume', {})).status).toBe(303);
+    await waitFor(() => runs === 5, () => `the 5 waiting messages handled after the resume (${runs})`);
+
+    const records = (await store.actions.list({ consumer: 'shipping' })).reverse();
+    expect(records.map((r) => [r.action, r.outcome, r.count])).toEqual([
+      ['consumer.pause', 'started', 0],
+      ['consumer.pause', 'ok', 1],
+      ['consumer.resume', 'started', 0],
+      ['consumer.resume', 'ok', 1],
+    ]);
+  });
+});
+
+async function waitForOverview(ops: ReturnType<typeof testConsole>, ok: (o: Overview) => boolean): Promise<Overview> {
+  let last: Overview | undefined;
+  await waitFor(async () => {
+    last = JSON.parse((await get(ops, '/api/overview')).text) as Overview;
+    return ok(last);
+  }, () => `the overview to show it: ${JSON.stringify(last?.consumers)}`);
+  return last as Overview;
+}

@@ -1,12 +1,12 @@
 import type { ConsumerView, Overview } from '../data.js';
-import { h, layout, num, span, type Fragment, type PageContext } from './layout.js';
+import { csrfField, h, layout, num, span, when, type Fragment, type PageContext } from './layout.js';
 
 function consumerRow(ctx: PageContext, c: ConsumerView): Fragment {
   // With an archive, the parked signal is its open failures plus what the parked queue still holds.
   const parked = c.openFailures ?? 0;
   const idle = (c.work.depth ?? 0) > 0 && c.consumers === 0;
   return h`<tr data-consumer="${c.name}">
-<th scope="row"><a href="${ctx.base}/parked/${encodeURIComponent(c.name)}">${c.name}</a></th>
+<th scope="row"><a href="${ctx.base}/parked/${encodeURIComponent(c.name)}">${c.name}</a>${c.pause !== null ? h` <span class="badge alert" data-field="pause" title="${c.pause.reason}">paused by ${c.pause.actor}</span>` : ''}</th>
 <td class="n" data-field="work">${num(c.work.depth)}</td>
 <td class="n${parked > 0 ? ' alert' : ''}" data-field="parked"${c.archive !== null ? h` title="${c.archive.open} open in the archive, ${num(c.parked.depth)} in ${c.parked.queue}${c.ingest === 'behind' ? '; archive behind' : ''}"` : ''}>${num(c.openFailures)}</td>
 <td class="n${idle ? ' alert' : ''}" data-field="consumers">${num(c.consumers)}</td>
@@ -36,6 +36,30 @@ function databaseTable(ctx: PageContext, overview: Overview): Fragment {
 </tbody></table>`;
 }
 
+/**
+ * Hand pauses kept in the database, with the operator's forms: a pause here reaches every
+ * running consumer given `control: store.control`, in every process.
+ */
+function pausesTable(ctx: PageContext, overview: Overview): Fragment {
+  if (overview.retryTable === null) return h``;
+  const operator = ctx.user.role === 'operator';
+  const post = (name: string, action: string) => `${ctx.base}/consumers/${encodeURIComponent(name)}/${action}`;
+  return h`<h2>Hand pauses</h2>
+<p class="muted">A pause made here is kept in the database: every running consumer given <code>control: store.control</code> stops taking messages within its interval (1 s by default), in every process, and its messages wait in its work queue, no attempt counted. The breaker never lifts it; only a resume does. Each is recorded with its reason.</p>
+<table id="pauses" class="grid"><thead><tr><th>consumer</th><th>state</th><th></th></tr></thead><tbody>
+${overview.consumers.map((c) => {
+  const p = c.pause;
+  const state = p === null ? h`<td data-field="state">taking messages</td>` : h`<td data-field="state" class="alert">paused by ${p.actor} since ${when(new Date(p.since))}: ${p.reason}</td>`;
+  const form = !operator
+    ? h``
+    : p === null
+      ? h`<form class="inline" method="post" action="${post(c.name, 'pause')}">${csrfField(ctx)}<input type="text" name="reason" required maxlength="500" size="28" placeholder="why, e.g. carrier maintenance"><button type="submit" data-action="pause">Pause</button></form>`
+      : h`<form class="inline" method="post" action="${post(c.name, 'resume')}">${csrfField(ctx)}<button type="submit" data-action="resume">Resume</button></form>`;
+  return h`<tr data-pause="${c.name}"><th scope="row">${c.name}</th>${state}<td>${form}</td></tr>`;
+})}
+</tbody></table>`;
+}
+
 /** The overview's body, without the frame: what a test renders. */
 export function overviewBody(ctx: PageContext, overview: Overview): Fragment {
   return h`<section id="overview" data-poll="${ctx.base}/api/overview" data-history="${ctx.base}/api/history">
@@ -47,6 +71,7 @@ export function overviewBody(ctx: PageContext, overview: Overview): Fragment {
 <thead><tr><th>consumer</th><th>work depth</th><th>${overview.archive !== null ? 'open failures' : 'parked'}</th><th>consumers</th><th>redeliveries/s</th><th>retry tiers</th></tr></thead>
 <tbody>${overview.consumers.map((c) => consumerRow(ctx, c))}</tbody>
 </table>
+${pausesTable(ctx, overview)}
 <h2>Database</h2>
 ${databaseTable(ctx, overview)}
 <h2>Last hour</h2>

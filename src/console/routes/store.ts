@@ -85,6 +85,27 @@ export function storeRoutes(app: Hono<ConsoleEnv>, deps: RouteDeps): void {
     return c.redirect(`${deps.options.basePath}/outbox`, 303);
   });
 
+  // Hand pauses, kept in the database for every process (`store.control`).
+  app.post('/consumers/:name/:action', async (c) => {
+    if (!store) throw new ConsoleHttpError(404, 'No database given: hand pauses are kept in the database.');
+    const name = c.req.param('name');
+    const action = c.req.param('action');
+    if (action !== 'pause' && action !== 'resume') throw new ConsoleHttpError(404, `No consumer action ${JSON.stringify(action)}: pause or resume.`);
+    // Only the topology's consumers: a name typed into the address pauses nothing by mistake.
+    deps.options.topology.consumer(name);
+    const f = await formOf(c);
+    const user = c.get('user');
+    if (action === 'pause') {
+      const reason = (f.one('reason') ?? '').trim();
+      if (reason === '' || reason.length > 500) throw new ConsoleHttpError(400, 'Give a reason of 1 to 500 characters: it is shown wherever the pause is.');
+      await deps.perform(user, { action: 'consumer.pause', consumer: name, detail: { reason } }, () => store.control.pause(name, reason, user.user), (made) => ({ count: made ? 1 : 0, outcome: 'ok' }));
+    } else {
+      await deps.perform(user, { action: 'consumer.resume', consumer: name }, () => store.control.resume(name, user.user), (lifted) => ({ count: lifted ? 1 : 0, outcome: 'ok' }));
+    }
+    deps.data.invalidate();
+    return c.redirect(`${deps.options.basePath}/`, 303);
+  });
+
   app.get('/actions', async (c) => c.html(actionsPage(c.get('page'), await deps.options.actionLog.list({ limit: 500 }))));
   app.get('/api/actions', async (c) => c.json(await deps.options.actionLog.list({ limit: 500 })));
 }
