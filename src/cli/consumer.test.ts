@@ -38,6 +38,11 @@ describe.each(BACKENDS)('warren consumer: %s', (backend) => {
     await waitFor(async () => (await depth(raw, c.queue)) === 20, 'the 20 messages to wait in the work queue');
     expect(runs).toEqual([]);
 
+    const status = await warren(['status', c.name, ...dbFlags(h)], { env: mod.env });
+    expect(status.code).toBe(1);
+    expect(status.stdout).toMatch(new RegExp(`${c.name}  \\(paused by hand by erin .*: carrier maintenance until 14:00\\)`));
+    expect(status.stdout).toMatch(new RegExp(`! ${c.name}: paused by hand by erin .*; 20 messages wait in ${c.queue} \\(warren consumer resume ${c.name}\\)`));
+
     const again = await cli(['pause', c.name, '--reason', 'another one', '--actor', 'bob']);
     expect(again.code).toBe(0);
     expect(again.stdout).toMatch(new RegExp(`${c.name} was paused already, by erin .*carrier maintenance until 14:00\\. Nothing was changed\\.`));

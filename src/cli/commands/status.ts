@@ -1,13 +1,14 @@
 import { formatDuration } from '../../retry/ladder.js';
 import { readStatus, type QueueState } from '../../status/index.js';
 import type { RetrySignals } from '../../retry-table/index.js';
+import type { ConsumerPauseRow } from '../../breaker/control.js';
 import type { ArchiveCounts } from '../../store/archive.js';
 import type { OutboxLag } from '../../store/index.js';
 import { DB_FLAGS, str, type ParsedValues } from '../args.js';
 import type { Command, CommandContext } from '../command.js';
 import { databaseSettings, describeDatabaseError, describeNode, nodeOfConnection, openDatabase } from '../context.js';
 import { EXIT, UsageError } from '../errors.js';
-import { count, span, table } from '../format.js';
+import { count, relative, span, table } from '../format.js';
 
 const DEFAULT_MAX_DUE_AGE_MS = 5 * 60_000;
 const UNIT_MS = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 } as const;
@@ -30,6 +31,8 @@ export interface DatabaseStatus {
   readonly maxDueAgeMs: number;
   /** The failure archive's counts per consumer (one query over its per-group counts): open failures wait for a person like parked messages. */
   readonly archive: readonly ArchiveCounts[];
+  /** Consumers paused by hand in the database (`warren consumer pause`, the console): every consumer given `control: store.control` follows these. */
+  readonly paused: readonly ConsumerPauseRow[];
   readonly problems: readonly DatabaseProblem[];
 }
 
@@ -53,12 +56,13 @@ async function readDatabase(ctx: CommandContext): Promise<DatabaseStatus | undef
     const outbox = await store.outbox.lag();
     const { byDependency: _, ...retryTable } = await store.retryTable.signals();
     const archive = await store.archive.counts();
+    const paused = (await store.control.read()).filter((r) => r.paused);
     const problems: DatabaseProblem[] = [];
     if (outbox.failed > 0) problems.push({ kind: 'outbox-flagged', message: `${count(outbox.failed)} outbox row${outbox.failed === 1 ? ' is' : 's are'} flagged: the relay could not publish ${outbox.failed === 1 ? 'it' : 'them'} (see \`warren outbox list\`)` });
     if (retryTable.due > 0 && retryTable.oldestDueAgeMs > maxDueAgeMs) {
       problems.push({ kind: 'retry-overdue', message: `the oldest due retry-table row has been due for ${span(retryTable.oldestDueAgeMs)}, over ${span(maxDueAgeMs)} (--max-due-age): is a scheduler draining the table?` });
     }
-    return { database: db.shown, outbox, retryTable, maxDueAgeMs, archive, problems };
+    return { database: db.shown, outbox, retryTable, maxDueAgeMs, archive, paused, problems };
   } catch (error) {
     throw describeDatabaseError(error, db) ?? error;
   } finally {
@@ -100,7 +104,9 @@ export const status: Command = {
     'oldest due row has been due). A flagged outbox row is a problem, and so is a due',
     'row older than --max-due-age (default 5m). With a failure archive in that database',
     'the parked queue drains into it: each consumer shows its open failures in the archive',
-    'beside the parked queue, and open failures count as parked (exit 1).',
+    'beside the parked queue, and open failures count as parked (exit 1). A consumer',
+    'paused by hand in that database (`warren consumer pause`) says so, with who and why,',
+    'and is a problem too (exit 1): its messages wait until someone resumes it.',
   ].join('\n'),
   flags: {
     ...DB_FLAGS,
@@ -122,10 +128,18 @@ export const status: Command = {
       if (a === undefined || a.open === 0) return [];
       return [{ consumer: c.consumer, queue: 'archive', kind: 'parked' as const, message: `${count(a.open)} open failure${a.open === 1 ? '' : 's'} in the archive; see warren parked list ${c.consumer} --db URL --group` }];
     });
+    // A hand pause is a problem to see: its messages wait in the work queue until someone resumes it.
+    const pauseOf = (consumer: string) => database?.paused.find((r) => r.consumer === consumer);
+    const paused = read.consumers.flatMap((c) => {
+      const p = pauseOf(c.consumer);
+      if (p === undefined) return [];
+      const waiting = (c.work.ready ?? 0) + (c.work.unacked ?? 0);
+      return [{ consumer: c.consumer, queue: c.work.name, kind: 'paused' as const, message: `paused by hand by ${p.actor} ${relative(p.since)}: ${p.reason}; ${count(waiting)} message${waiting === 1 ? '' : 's'} wait in ${c.work.name} (warren consumer resume ${c.consumer})` }];
+    });
     const report =
       database === undefined
         ? read
-        : { ...read, problems: [...read.problems, ...archived, ...database.problems.map((p) => ({ consumer: 'database', queue: '', ...p }))], ok: read.ok && archived.length === 0 && database.problems.length === 0 };
+        : { ...read, problems: [...read.problems, ...paused, ...archived, ...database.problems.map((p) => ({ consumer: 'database', queue: '', ...p }))], ok: read.ok && paused.length === 0 && archived.length === 0 && database.problems.length === 0 };
     if (ctx.json) {
       const broker = node && { url: node.url, address: node.address, server: node.server ?? null, tls: node.tls };
       ctx.printJson({ ...report, ...(broker ? { broker } : {}), ...(database === undefined ? {} : { database }) });
@@ -135,7 +149,8 @@ export const status: Command = {
     const align = ['left', 'left', 'right', 'right', 'right', 'right'] as const;
     report.consumers.forEach((c, i) => {
       if (i > 0) ctx.out();
-      ctx.out(c.consumer);
+      const p = pauseOf(c.consumer);
+      ctx.out(p === undefined ? c.consumer : `${c.consumer}  (paused by hand by ${p.actor} ${relative(p.since)}: ${p.reason})`);
       const rows = [row('work', c.work), ...c.retries.map((r) => row(`retry ${formatDuration(r.delayMs)}`, r)), row('parked', c.parked)];
       if (database) {
         const a = openOf(c.consumer);
