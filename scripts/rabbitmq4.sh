@@ -108,7 +108,8 @@ mount_proc() {
 unmount_under() {
   local root
   root=$(realpath "$1")
-  findmnt -rn -o TARGET | grep -E "^$root/" | sort -r | while read -r target; do
+  # grep finds nothing when nothing is mounted: not a failure (set -e, pipefail).
+  findmnt -rn -o TARGET | { grep -E "^$root/" || true; } | sort -r | while read -r target; do
     umount "$target" || umount -l "$target"
   done
 }
@@ -264,7 +265,9 @@ add_rabbitmq_user() {
 build() {
   command -v debootstrap >/dev/null || {
     log "installing debootstrap"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+    # One at a time: the 4.0 and 4.3 builds may start side by side, and apt holds a lock.
+    mkdir -p /var/lib/warren
+    flock /var/lib/warren/apt.lock bash -c 'command -v debootstrap >/dev/null || { apt-get -o DPkg::Lock::Timeout=300 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq debootstrap >/dev/null; }'
   }
   local mirror started
   mirror=$(host_mirror)   # first: without one, nothing is made

@@ -45,7 +45,7 @@ describe.each(BACKENDS)('warren consumer: %s', (backend) => {
 
     const again = await cli(['pause', c.name, '--reason', 'another one', '--actor', 'bob']);
     expect(again.code).toBe(0);
-    expect(again.stdout).toMatch(new RegExp(`${c.name} was paused already, by erin .*carrier maintenance until 14:00\\. Nothing was changed\\.`));
+    expect(again.stdout).toMatch(new RegExp(`${c.name} was paused already, by erin since .*carrier maintenance until 14:00\\. Nothing was changed\\.`));
 
     const list = await cli(['list', '--json']);
     expect(list.code).toBe(0);

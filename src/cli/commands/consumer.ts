@@ -161,7 +161,7 @@ export const consumerPause: Command = {
       const before = (await store.control.read(name))[0];
       if (before?.paused === true) {
         if (ctx.json) ctx.printJson({ consumer: name, paused: false, already: rowJson(before) });
-        else ctx.out(`${name} was paused already, by ${before.actor} ${relative(before.since)} (${when(before.since)}): ${before.reason}. Nothing was changed.`);
+        else ctx.out(`${name} was paused already, by ${before.actor} since ${when(before.since)} (${relative(before.since)}): ${before.reason}. Nothing was changed.`);
         return EXIT.ok;
       }
       const paused = await audited(ctx, storeSink(ctx, store, where), 'consumer.pause', name, actor, reason, () => store.control.pause(name, reason, actor), (r) => r);
@@ -213,7 +213,7 @@ export const consumerResume: Command = {
         ctx.printJson({ consumer: name, resumed, pausedBy: before.actor, pausedSince: before.since.toISOString() });
         return EXIT.ok;
       }
-      ctx.out(resumed ? `Resumed ${name} (paused by ${before.actor} ${relative(before.since)}: ${before.reason}). Its running consumers take messages again within their interval.` : `${name} was resumed meanwhile. Nothing was changed.`);
+      ctx.out(resumed ? `Resumed ${name} (paused by ${before.actor} since ${when(before.since)}: ${before.reason}). Its running consumers take messages again within their interval.` : `${name} was resumed meanwhile. Nothing was changed.`);
       return EXIT.ok;
     });
   },
