@@ -5,7 +5,7 @@
  * effect, one row per run that committed, with no unique constraint, so a handler that
  * ran and committed twice for one message shows up as two rows.
  */
-import type { Store } from '../src/index.js';
+import { archivedMessage, parkedIdentity, type ArchiveState, type Store } from '../src/index.js';
 
 export type StoreKind = 'postgres' | 'sqlite';
 
@@ -78,6 +78,30 @@ export interface OutboxState {
   readonly sent: boolean;
   readonly failed: boolean;
   readonly attempts: number;
+}
+
+/**
+ * One row of the failure archive, as the check reads it: the parked copy it holds (its
+ * failure from the stored headers), the identity the archive keyed it by, and that
+ * identity computed again from the stored headers and body.
+ */
+export interface ArchiveRowState {
+  readonly id: string;
+  readonly messageId: string;
+  readonly consumer: string;
+  readonly state: ArchiveState;
+  /** The row's identity column (unique per consumer: it cannot show a doubled row by itself). */
+  readonly identity: string;
+  /** `parkedIdentity` of the stored message: equal to `identity` unless a row's bytes and its key disagree. */
+  readonly recomputedIdentity: string;
+  readonly reason: string;
+  readonly errorClass: string;
+  readonly errorMessage: string;
+  readonly attempts: number;
+  /** `warren-parked-at` of the stored headers: one parking's time. */
+  readonly parkedAt: string;
+  /** Replays before this parking (`warren-replays`). */
+  readonly replays: number;
 }
 
 /** The run's database: warren's store and the run's own tables. */
@@ -169,6 +193,38 @@ export class ChaosDb {
       `SELECT message_id, CASE WHEN sent_at IS NULL THEN 0 ELSE 1 END AS sent, CASE WHEN failed_at IS NULL THEN 0 ELSE 1 END AS failed, attempts FROM ${this.store.tables.outbox}`,
     );
     return rows.map((r) => ({ message_id: r.message_id, sent: Number(r.sent) === 1, failed: Number(r.failed) === 1, attempts: Number(r.attempts) }));
+  }
+
+  /** Every row of the consumer's failure archive, in any state, with its stored headers decoded. */
+  async archiveRows(consumer: string): Promise<ArchiveRowState[]> {
+    const out: ArchiveRowState[] = [];
+    const text = (v: unknown) => (v === undefined || v === null ? '' : Buffer.isBuffer(v) ? v.toString('utf8') : String(v));
+    let after: string | undefined;
+    do {
+      const page = await this.store.archive.page({ filter: { consumer, states: ['open', 'replayed', 'resolved'] }, order: 'oldest', limit: 1000, ...(after === undefined ? {} : { after }) });
+      for (const summary of page.rows) {
+        const record = await this.store.archive.get(summary.id);
+        if (!record) continue; // deleted meanwhile: nothing deletes in a chaos run
+        const m = archivedMessage(record);
+        const h = m.headers;
+        out.push({
+          id: record.id,
+          messageId: record.messageId ?? '',
+          consumer: record.consumer,
+          state: record.state,
+          identity: record.identity,
+          recomputedIdentity: parkedIdentity(m.parked),
+          reason: text(h['warren-parked-reason']),
+          errorClass: text(h['warren-error-class']),
+          errorMessage: text(h['warren-error-message']),
+          attempts: Number(text(h['warren-attempts']) || 0),
+          parkedAt: text(h['warren-parked-at']),
+          replays: Number(text(h['warren-replays']) || 0),
+        });
+      }
+      after = page.next;
+    } while (after !== undefined);
+    return out;
   }
 
   /** Counts for the progress line. */

@@ -53,6 +53,8 @@ export type ChaosEvent =
   | { readonly at: number; readonly kind: 'restart-postgres' }
   | { readonly at: number; readonly kind: 'kill-relay' }
   | { readonly at: number; readonly kind: 'kill-scheduler' }
+  /** SIGKILL of the archive's ingester (kill -9: no stop, no ack of what it holds). */
+  | { readonly at: number; readonly kind: 'kill-ingester' }
   | { readonly at: number; readonly kind: 'inventory-down' }
   | { readonly at: number; readonly kind: 'inventory-up' };
 
