@@ -47,14 +47,22 @@ function encodeTable(table: Readonly<Record<string, unknown>>, depth: number): R
   const out: Record<string, EncodedValue> = {};
   for (const key of Object.keys(table)) {
     const v = encodeValue(table[key], depth);
-    if (v !== undefined) Object.defineProperty(out, key, { value: v, enumerable: true, writable: true, configurable: true });
+    if (v === undefined) continue;
+    // A plain assignment keeps the object fast to build and to stringify; only `__proto__` needs defining.
+    if (key === '__proto__') Object.defineProperty(out, key, { value: v, enumerable: true, writable: true, configurable: true });
+    else out[key] = v;
   }
   return out;
 }
 
 /** JSON with every character outside printable ASCII escaped. */
+const NOT_ASCII = /[^\x20-\x7e]/;
+const NOT_ASCII_ALL = /[^\x20-\x7e]/g;
+
 function asciiJson(value: unknown): string {
-  return JSON.stringify(value).replace(/[^\x20-\x7e]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+  const json = JSON.stringify(value);
+  // Most headers are ASCII already: one scan, no copy.
+  return NOT_ASCII.test(json) ? json.replace(NOT_ASCII_ALL, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`) : json;
 }
 
 /** Encodes a field table (headers, or the properties without them) as ASCII JSON text. */
