@@ -229,6 +229,45 @@ describe.each(BACKENDS)('archive ingestion: %s', (backend) => {
     expect((i1.state()[0]?.archived ?? 0) + (i2.state()[0]?.archived ?? 0)).toBe(300);
   });
 
+  it('while every store slot is busy, goes on filling the next batch past its delay and stores it whole once a slot frees', async () => {
+    const h = await harness(backend);
+    const store = h.store();
+    const { topology } = topologyOptions();
+    const conn = await declared(topology);
+    const billing = topology.consumer('billing');
+    // The real archive, each insert held until the test lets it go; the sizes of the batches it was given.
+    const sizes: number[] = [];
+    const gates: Array<() => void> = [];
+    const archive = Object.create(store.archive) as ArchiveStore;
+    archive.insert = async (rows: readonly ArchiveRowInput[]) => {
+      sizes.push(rows.length);
+      await new Promise<void>((resolve) => gates.push(resolve));
+      return store.archive.insert(rows);
+    };
+    const i = ingester({ archive }, topology, async () => conn, { batchSize: 10 });
+    i.start();
+    await waitFor(() => i.state()[0]?.status === 'running', 'the ingester reads the parked queue');
+    // Two messages, one after the other: two batches of one, both held in the store.
+    const ids = [...(await publishParked(conn, topology, billing, failures(1, () => ({ id: 'first' }))))];
+    await waitFor(() => sizes.length === 1, 'the first batch is being stored');
+    ids.push(...(await publishParked(conn, topology, billing, failures(1, () => ({ id: 'second' })))));
+    await waitFor(() => sizes.length === 2, 'the second batch is being stored');
+    // Three more, each well past the batch delay: no slot is free, so they wait as one batch.
+    for (let n = 0; n < 3; n++) {
+      ids.push(...(await publishParked(conn, topology, billing, failures(1, () => ({ id: `later-${n}` })))));
+      const held = 3 + n;
+      await waitFor(() => i.state()[0]?.held === held, `${held} messages held`);
+      await new Promise((r) => setTimeout(r, 30));
+    }
+    expect(sizes).toEqual([1, 1]);
+    (gates.shift() as () => void)();
+    await waitFor(() => sizes.length === 3, 'the third batch is being stored');
+    for (const open of gates.splice(0)) open();
+    expect(sizes).toEqual([1, 1, 3]);
+    await waitFor(() => gates.length === 0 && i.state()[0]?.held === 0, 'every batch stored', 20_000);
+    exactlyOnce(ids, await archivedIds(store));
+  });
+
   it('archives a message the database refuses as it is, with nothing indexed but its identity, and goes on', async () => {
     const h = await harness(backend);
     const store = h.store();

@@ -115,6 +115,8 @@ class Reader {
   private consumerTag: string | undefined;
   private held: amqp.ConsumeMessage[] = [];
   private timer: NodeJS.Timeout | undefined;
+  /** The held messages waited their `maxBatchDelayMs` while every store slot was busy: cut them when one frees. */
+  private due = false;
   /** Batches being stored, in delivery order: acknowledged in that order. */
   private inFlight: Batch[] = [];
   private storing = 0;
@@ -195,6 +197,7 @@ class Reader {
   private async drop(ch: amqp.Channel): Promise<void> {
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
+    this.due = false;
     this.held = [];
     this.waiting = this.waiting.filter((b) => b.channel !== ch);
     this.inFlight = this.inFlight.filter((b) => b.channel !== ch);
@@ -210,13 +213,25 @@ class Reader {
     if (ch !== this.channel) return;
     this.held.push(m);
     if (this.held.length >= this.o.batchSize) this.cut(ch);
-    else this.timer ??= setTimeout(() => this.cut(ch), this.o.maxBatchDelayMs);
+    else if (!this.due) this.timer ??= setTimeout(() => this.delayed(ch), this.o.maxBatchDelayMs);
+  }
+
+  /**
+   * The held messages have waited `maxBatchDelayMs`. With a store slot free they are stored
+   * now; with every slot busy, a part batch cut now would only wait behind them, so the
+   * messages go on filling it until a slot frees (fewer, fuller transactions under load).
+   */
+  private delayed(ch: amqp.Channel): void {
+    this.timer = undefined;
+    if (this.storing < INGEST_DEFAULTS.parallel) this.cut(ch);
+    else this.due = true;
   }
 
   /** Makes a batch of what is held and stores it (at most `parallel` batches at once). */
   private cut(ch: amqp.Channel): void {
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
+    this.due = false;
     while (this.held.length > 0) {
       const batch: Batch = { channel: ch, messages: this.held.splice(0, this.o.batchSize), stored: false };
       this.inFlight.push(batch);
@@ -231,7 +246,9 @@ class Reader {
       this.storing++;
       void this.store(batch).finally(() => {
         this.storing--;
-        this.pump();
+        const ch = this.channel;
+        if (this.due && this.waiting.length === 0 && ch !== undefined) this.cut(ch);
+        else this.pump();
       });
     }
   }
