@@ -97,7 +97,11 @@ function decodeValue(value: unknown): unknown {
 function decodeTable(value: unknown): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   if (typeof value !== 'object' || value === null) return out;
-  for (const [k, v] of Object.entries(value as Record<string, unknown>)) Object.defineProperty(out, k, { value: decodeValue(v), enumerable: true, writable: true, configurable: true });
+  for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
+    // A plain assignment keeps the table fast to read; only `__proto__` needs defining.
+    if (k === '__proto__') Object.defineProperty(out, k, { value: decodeValue(v), enumerable: true, writable: true, configurable: true });
+    else out[k] = decodeValue(v);
+  }
   return out;
 }
 
