@@ -7,15 +7,17 @@
 import { randomUUID } from 'node:crypto';
 import type * as amqp from 'amqplib';
 import { closeChannel } from '../connection/channel.js';
+import { coalesceWrites } from '../connection/writes.js';
 import { InvalidOptionError } from '../errors.js';
 import { HEADER } from '../headers.js';
 import { toLogger, type Logger } from '../logger.js';
 import { QueueNotFoundError } from '../park/errors.js';
-import { copyProperties, decodeBody, plainValue, replayHeaders } from '../park/message.js';
+import { copyProperties, decodeBody, plainValue, replayHeaders, replaySource } from '../park/message.js';
 import { exportRecord, type ParkedTarget } from '../park/operations.js';
 import { uuidv7 } from '../publish/message-id.js';
 import { ARCHIVE_STATES, type ArchiveCounts, type ArchiveFilter, type ArchiveGroup, type ArchivePage, type ArchivePageQuery, type ArchiveRecord, type ArchiveSearch, type ArchiveStore } from '../store/archive.js';
 import { traceReplay } from '../trace/index.js';
+import { decodeFields } from './encoding.js';
 import { isTransient } from './ingest.js';
 import { archivedMessage } from './row.js';
 import type {
@@ -56,6 +58,10 @@ export interface ArchiveOptions {
 const CHANGE_BATCH = 1000;
 /** Row ids a replay reports (a canary watches them). */
 const MAX_REPORTED_IDS = 1000;
+/** Rows per batch of a replay that is not paced. */
+const REPLAY_BATCH = 500;
+/** Batches of a replay that is not paced sent and not yet settled at most: claimed and sent while the broker confirms the earlier. */
+const REPLAY_WINDOW = 3;
 /** Bytes of a body kept in an edit's diff, each side. */
 const DIFF_BODY_CHARS = 8192;
 
@@ -108,6 +114,52 @@ async function persist<T>(fn: () => Promise<T>, forMs: number): Promise<T> {
       if (!isTransient(error) || Date.now() >= deadline) throw error;
       await sleep(Math.min(2000, 100 * 2 ** attempt));
     }
+  }
+}
+
+/** A batch of a replay, sent: its rows published, those it stopped before, and the broker's word on them. */
+interface SentBatch {
+  readonly published: readonly ArchiveRecord[];
+  readonly unsent: readonly ArchiveRecord[];
+  /** Resolves once every copy is confirmed (undefined), or with why one was not. */
+  readonly confirmed: Promise<string | undefined>;
+}
+
+/**
+ * The publisher confirms of one batch: a callback per publish, and a promise of them all
+ * that settles when the last comes in (a nack or the channel's close calls them with an
+ * error). Other batches' confirms are counted on their own.
+ */
+class Confirms {
+  private expected = 0;
+  private arrived = 0;
+  private failure: string | undefined;
+  private resolve: ((failure: string | undefined) => void) | undefined;
+  private sealed = false;
+
+  /** The callback of the next publish. */
+  next(): (err: unknown) => void {
+    this.expected++;
+    let called = false;
+    return (err: unknown) => {
+      if (called) return;
+      called = true;
+      this.arrived++;
+      if (err !== null && err !== undefined) this.failure ??= err instanceof Error ? err.message : String(err);
+      this.check();
+    };
+  }
+
+  /** Every confirm of the batch, once no more publishes are added. */
+  all(): Promise<string | undefined> {
+    this.sealed = true;
+    const p = new Promise<string | undefined>((resolve) => (this.resolve = resolve));
+    this.check();
+    return p;
+  }
+
+  private check(): void {
+    if (this.sealed && this.resolve !== undefined && this.arrived >= this.expected) this.resolve(this.failure);
   }
 }
 
@@ -211,6 +263,11 @@ export class Archive {
    * leaves its claim to expire, and the rows it had sent but not marked are sent at most
    * once more by the next. Rows whose idempotency marker exists for the consumer are not
    * sent: they are resolved as already done (unless `force`).
+   *
+   * Not paced, it keeps up to three batches under way: while the broker confirms one, the
+   * next is claimed and sent. Each batch is marked once all its copies are confirmed, the
+   * batches in the order they were sent, so a replay that dies leaves at most those three
+   * batches claimed and unmarked.
    */
   async replay(model: amqp.ChannelModel, target: ParkedTarget, options: ArchiveReplayOptions): Promise<ArchiveReplayResult> {
     const started = Date.now();
@@ -221,15 +278,22 @@ export class Archive {
     const rate = options.ratePerSecond;
     const leaseMs = options.leaseMs ?? 60_000;
     if (!Number.isInteger(leaseMs) || leaseMs < 1000 || leaseMs > 3_600_000) throw new InvalidOptionError('leaseMs', `${JSON.stringify(leaseMs)} is not a whole number from 1000 to 3600000`);
+    if (options.batchSize !== undefined && (!Number.isInteger(options.batchSize) || options.batchSize < 1)) throw new InvalidOptionError('batchSize', `${JSON.stringify(options.batchSize)} is not a whole number of at least 1`);
     // Paced, a batch is sent within half its claim's lease: a claim that ran out while its
     // rows were still being sent would let another replay claim and send them too.
-    const batchSize = Math.max(1, Math.min(options.batchSize ?? 200, 1000, rate === undefined ? 1000 : Math.min(Math.ceil(rate * 5), Math.floor((rate * leaseMs) / 2000))));
+    const batchSize = Math.max(1, Math.min(options.batchSize ?? (rate === undefined ? REPLAY_BATCH : 200), 1000, rate === undefined ? 1000 : Math.min(Math.ceil(rate * 5), Math.floor((rate * leaseMs) / 2000))));
+    // Unpaced, the next batches are claimed and sent while the broker confirms the earlier
+    // ones; paced, the confirms are not what holds it back, and a batch claimed ahead would
+    // wait out its pacing while claimed.
+    const window = rate === undefined ? REPLAY_WINDOW : 1;
     const filter = await this.bounded(options.filter);
     const matched = await this.tables.count(filter);
     const total = options.limit === undefined ? matched : Math.min(matched, options.limit);
     const base = { consumer: target.name, targetQueue: target.queue, matched };
     if (options.dryRun === true) return { ...base, dryRun: true, replayed: 0, alreadyDone: 0, replayedIds: [], stopReason: 'done', error: undefined, elapsedMs: Date.now() - started, ratePerSecond: 0 };
     await checkQueue(model, target.queue);
+    // A batch is up to a thousand publishes: one socket write per turn of the event loop, not one each.
+    coalesceWrites(model);
     const owner = `replay ${randomUUID()}`;
     const trace = traceReplay(target.name, target.parkedQueue, actor);
     const ch = await model.createConfirmChannel();
@@ -242,14 +306,50 @@ export class Archive {
     const replayedIds: string[] = [];
     let stopReason: ArchiveReplayResult['stopReason'] = 'done';
     let error: string | undefined;
+    /** Set by a batch that settled badly: no further batch is claimed. */
+    let halted = false;
+    const halt = (reason: ArchiveReplayResult['stopReason'], why: string) => {
+      if (!halted) {
+        stopReason = reason;
+        error = why;
+      }
+      halted = true;
+    };
     let cursor: string | undefined;
     let firstPublish: number | undefined;
     let lastPublish = 0;
     let sent = 0;
     const progress = () => options.onProgress?.({ total, replayed, alreadyDone, elapsedMs: Date.now() - started });
+    /**
+     * A published batch's end, in the order the batches were sent, one at a time: once the
+     * broker has confirmed every copy of it, the confirmed rows are marked replayed and the
+     * rest let go. A row is marked only after its copy's confirm, so a replay that dies
+     * (or whose copies the broker does not confirm) leaves the rows of every batch not yet
+     * marked claimed until their lease ends; the next replay sends them once more.
+     */
+    const settle = async (batch: SentBatch): Promise<void> => {
+      const failure = await batch.confirmed;
+      if (failure !== undefined) {
+        halt('failed', `the broker did not confirm the copies: ${failure}`);
+        return;
+      }
+      // The broker returns an unroutable copy before it confirms it.
+      const ok = batch.published.filter((r) => !returned.has(r.id));
+      const bounced = batch.published.filter((r) => returned.has(r.id));
+      await persist(() => this.tables.markReplayed(ok.map((r) => r.id), { owner, actor, at: new Date() }), 60_000);
+      await this.tables.release([...bounced, ...batch.unsent].map((r) => r.id), owner).catch(() => undefined);
+      replayed += ok.length;
+      for (const r of ok) if (replayedIds.length < MAX_REPORTED_IDS) replayedIds.push(r.id);
+      progress();
+      if (bounced.length > 0) halt('unroutable', `the broker could not route a copy to queue ${target.queue} (it was deleted, or is not a queue of this vhost)`);
+    };
+    let tail: Promise<void> = Promise.resolve();
+    const unsettled: Promise<void>[] = [];
+    /** Rows published or skipped so far, settled or not: what the limit counts. */
+    let taken = 0;
     try {
-      while (!options.signal?.aborted) {
-        const left = options.limit === undefined ? batchSize : Math.min(batchSize, options.limit - replayed - alreadyDone);
+      while (!options.signal?.aborted && !halted) {
+        const left = options.limit === undefined ? batchSize : Math.min(batchSize, options.limit - taken);
         if (left <= 0) {
           stopReason = 'limit';
           break;
@@ -267,6 +367,7 @@ export class Archive {
         }
         let rows: ArchiveRecord[] = claimed.rows;
         if (options.force !== true) {
+          // One marker query per batch.
           const ids = rows.map((r) => r.messageId).filter((id): id is string => id !== null);
           const done = ids.length === 0 ? new Set<string>() : await this.store.processed(target.name, ids);
           if (done.size > 0) {
@@ -274,8 +375,10 @@ export class Archive {
             rows = rows.filter((r) => !(r.messageId !== null && done.has(r.messageId)));
             await this.tables.release(skip.map((r) => r.id), owner);
             alreadyDone += await this.tables.resolve({ consumer: target.name, ids: skip.map((r) => r.id), states: ['open', 'replayed'] }, { actor, reason: 'already done: the consumer has the idempotency marker of this message id (replay skipped it)', at: new Date() }, skip.length);
+            taken += skip.length;
           }
         }
+        const confirms = new Confirms();
         const published: ArchiveRecord[] = [];
         for (const row of rows) {
           if (options.signal?.aborted) break;
@@ -284,41 +387,38 @@ export class Archive {
             await sleep(firstPublish + (sent * 1000) / rate - Date.now(), options.signal);
             if (options.signal?.aborted) break;
           }
-          const m = archivedMessage(row);
-          const headers = trace.headers(replayHeaders(m.parked, new Date()));
+          // What `archivedMessage` gives, without the parts a replay does not send.
+          const kept = decodeFields(row.headers);
+          const headers = trace.headers(replayHeaders(replaySource(kept, row.routingKey), new Date()));
           headers[HEADER.archiveRow] = row.id;
-          const properties: amqp.Options.Publish = { ...copyProperties(m.parked.properties, headers, true), mandatory: true };
+          const properties: amqp.Options.Publish = { ...copyProperties(decodeFields(row.properties), headers, true), mandatory: true };
           firstPublish ??= Date.now();
-          ch.publish('', target.queue, row.body, properties);
+          const confirmed = confirms.next();
+          try {
+            ch.publish('', target.queue, row.body, properties, confirmed);
+          } catch (e) {
+            // The channel closed under it: nothing more goes out on it.
+            confirmed(e);
+            break;
+          }
           lastPublish = Date.now();
           sent++;
+          taken++;
           published.push(row);
         }
-        const unsent = rows.slice(published.length);
-        try {
-          await ch.waitForConfirms();
-        } catch (e) {
-          error = `the broker did not confirm the copies: ${e instanceof Error ? e.message : String(e)}`;
-          stopReason = 'failed';
-          break;
-        }
-        const ok = published.filter((r) => !returned.has(r.id));
-        const bounced = published.filter((r) => returned.has(r.id));
-        await persist(() => this.tables.markReplayed(ok.map((r) => r.id), { owner, actor, at: new Date() }), 60_000);
-        await this.tables.release([...bounced, ...unsent].map((r) => r.id), owner).catch(() => undefined);
-        replayed += ok.length;
-        for (const r of ok) if (replayedIds.length < MAX_REPORTED_IDS) replayedIds.push(r.id);
-        progress();
-        if (bounced.length > 0) {
-          stopReason = 'unroutable';
-          error = `the broker could not route a copy to queue ${target.queue} (it was deleted, or is not a queue of this vhost)`;
-          break;
-        }
-        if (channelError !== undefined) throw channelError;
+        const batch: SentBatch = { published, unsent: rows.slice(published.length), confirmed: confirms.all() };
+        const settled = tail.then(() => settle(batch));
+        tail = settled;
+        unsettled.push(settled);
+        while (unsettled.length >= window) await unsettled.shift();
+        if (channelError !== undefined && !halted) throw channelError;
       }
+      await tail;
       if (options.signal?.aborted && stopReason === 'done') stopReason = 'aborted';
       trace.end({ replayed });
     } catch (e) {
+      // What the broker confirms of the batches under way is still marked.
+      await tail.catch(() => undefined);
       trace.end({ error: e });
       stopReason = 'failed';
       error = e instanceof Error ? e.message : String(e);

@@ -190,6 +190,43 @@ describe.each(BACKENDS)('archive actions: %s', (backend) => {
     expect(await s.archive.count({ consumer: 'billing', states: ['replayed'] })).toBe(150);
   });
 
+  it('killed with -9 between a confirm and its mark, batches in flight: no row lost, each message sent at most once more', async () => {
+    // Not paced: batches are claimed and sent while earlier ones wait for their confirms.
+    // The child dies as the third batch is to be marked: its copies are confirmed, and the
+    // batches after it may be sent, confirmed or not. No idempotency guard: copies are counted.
+    const s = await setup(backend, { guard: false });
+    const rows = 400;
+    const ids = await s.publish(rows);
+    await waitFor(async () => (await openCount(s)) === rows, 'archived', 30_000);
+    s.failing.fn = () => false;
+    const child = spawnChild({ WARREN_STORE: JSON.stringify({ spec: s.spec }), WARREN_AMQP_URL: AMQP_URL, WARREN_TOPOLOGY: JSON.stringify(s.options), WARREN_CHILD_ROLE: 'replay', WARREN_CONSUMER: 'billing', WARREN_RATE: '0', WARREN_BATCH: '40', WARREN_LEASE_MS: '8000', WARREN_CRASH: 'before-mark:3' }, CHILD);
+    await child.exited;
+    expect(await s.archive.count({ consumer: 'billing', states: ['replayed'] })).toBe(80);
+    // The third batch's copies were confirmed: they arrive, though their rows are still open.
+    await waitFor(() => s.handled.size >= 120, 'the confirmed copies arrive', 20_000);
+    // Its claims still hold the third batch and those it claimed (and maybe sent) ahead of
+    // that mark, up to its window of three: a replay now sends only the rest.
+    const rest = await s.archive.replay(s.conn, s.topology.consumer('billing'), { filter: { consumer: 'billing' }, actor: 'alice' });
+    expect(rest.stopReason).toBe('done');
+    const held = rows - 80 - rest.replayed;
+    expect([40, 80, 120]).toContain(held);
+    await waitFor(
+      async () => {
+        await s.archive.replay(s.conn, s.topology.consumer('billing'), { filter: { consumer: 'billing' }, actor: 'alice', leaseMs: 1500 });
+        return (await openCount(s)) === 0;
+      },
+      'every row replayed',
+      30_000,
+    );
+    await waitFor(() => s.handled.size === rows, 'every message arrived', 20_000);
+    expect(new Set(s.handled.keys())).toEqual(new Set(ids));
+    expect(await s.archive.count({ consumer: 'billing', states: ['replayed'] })).toBe(rows);
+    // Sent twice: the third batch (confirmed, not marked) and what the child sent of the held batches after it.
+    await waitFor(() => [...s.handled.values()].filter((n) => n === 2).length >= 40, 'the unmarked batch arrives again', 20_000);
+    expect([...s.handled.values()].filter((n) => n === 2).length).toBeLessThanOrEqual(held);
+    expect([...s.handled.entries()].filter(([, n]) => n > 2)).toEqual([]);
+  });
+
   it('loses its broker connection mid-replay: the rows not confirmed stay open, and a later replay finishes', async () => {
     const s = await setup(backend);
     await s.publish(120);

@@ -191,8 +191,10 @@ export interface ArchiveReplayOptions extends ArchiveActionOptions {
   /** Count and list, change nothing. @default false */
   dryRun?: boolean;
   /**
-   * Rows claimed (and published) per batch; with `ratePerSecond`, at most what that rate
-   * sends in half of `leaseMs`, so a batch's claim outlasts its sending. @default 200
+   * Rows claimed (and published) per batch, at most 1000; with `ratePerSecond`, at most
+   * what that rate sends in half of `leaseMs`, so a batch's claim outlasts its sending.
+   * Not paced, up to three batches are under way at once: the next claimed and sent while
+   * the broker confirms the earlier. @default 500, or 200 with `ratePerSecond`
    */
   batchSize?: number;
   /**

@@ -9,7 +9,9 @@
  *   before it is acknowledged
  *
  * - WARREN_CHILD_ROLE=replay: replays every open row of WARREN_CONSUMER instead, at
- *   WARREN_RATE per second, with WARREN_LEASE_MS claims; writes `replayed <n>` after each batch
+ *   WARREN_RATE per second (0: not paced), with WARREN_LEASE_MS claims; writes
+ *   `replayed <n>` after each batch. WARREN_CRASH=before-mark:<n>: SIGKILL itself when
+ *   the n-th batch is to be marked replayed, its copies confirmed by the broker
  *
  * It writes `ready`, then `committed <total rows>` after each batch the database took.
  * stdout is a pipe, written synchronously on Linux, so a line is out before the kill.
@@ -33,6 +35,7 @@ const store = openStore(spec, { pruneIntervalMs: 0 });
 const topology = defineTopology(JSON.parse(need('WARREN_TOPOLOGY')) as TopologyOptions);
 const crash = process.env['WARREN_CRASH'] ?? '';
 const crashAfter = crash.startsWith('after-commit:') ? Number(crash.slice('after-commit:'.length)) : 0;
+const crashBeforeMark = crash.startsWith('before-mark:') ? Number(crash.slice('before-mark:'.length)) : 0;
 let batches = 0;
 let rows = 0;
 // The store's archive, with a word after each commit (and the kill, when asked).
@@ -49,12 +52,18 @@ const model = await amqp.connect(need('WARREN_AMQP_URL'), { noDelay: true });
 model.on('error', () => undefined);
 if (process.env['WARREN_CHILD_ROLE'] === 'replay') {
   const consumer = need('WARREN_CONSUMER');
+  let marks = 0;
+  archive.markReplayed = async (ids, mark) => {
+    if (crashBeforeMark > 0 && ++marks >= crashBeforeMark) process.kill(process.pid, 'SIGKILL');
+    return store.archive.markReplayed(ids, mark);
+  };
   say('ready');
-  const r = await new Archive(store).replay(model, topology.consumer(consumer), {
+  const rate = Number(process.env['WARREN_RATE'] ?? 100);
+  const r = await new Archive({ archive, processed: (c, ids) => store.processed(c, ids) }).replay(model, topology.consumer(consumer), {
     filter: { consumer },
     actor: 'child',
     batchSize: Number(process.env['WARREN_BATCH'] ?? 20),
-    ratePerSecond: Number(process.env['WARREN_RATE'] ?? 100),
+    ...(rate > 0 ? { ratePerSecond: rate } : {}),
     leaseMs: Number(process.env['WARREN_LEASE_MS'] ?? 60_000),
     onProgress: (p) => say(`replayed ${p.replayed}`),
   });
