@@ -21,7 +21,8 @@ export type WarrenErrorCode =
   | 'STORE_UNAVAILABLE'
   | 'STORE'
   | 'WAIT_FOR_CONDITION'
-  | 'UNKNOWN_DEPENDENCY';
+  | 'UNKNOWN_DEPENDENCY'
+  | 'UNSUPPORTED_BROKER';
 
 /** Base class of every error warren throws. */
 export class WarrenError extends Error {
@@ -134,6 +135,30 @@ export class ExchangeNotFoundError extends WarrenError {
     );
     this.exchange = exchange;
     this.consumers = consumers;
+  }
+}
+
+/**
+ * The broker lacks a feature the declaration asks for: a consumer that retries inside its
+ * queue (`retry.inQueue`) on a broker before RabbitMQ 4.3. Older brokers accept the
+ * `x-delayed-retry-*` arguments and ignore them, so a rejected message would come straight
+ * back, a hot loop: warren refuses before declaring anything or consuming.
+ */
+export class UnsupportedBrokerError extends WarrenError {
+  /** The option that needs the feature, e.g. `consumers.billing.retry.inQueue`. */
+  readonly option: string;
+  /** What the broker said it is (`product version`), e.g. `RabbitMQ 4.0.5`. */
+  readonly server: string;
+  /** What the feature needs, e.g. `RabbitMQ 4.3`. */
+  readonly needs: string;
+  constructor(option: string, server: string, needs: string, what: string, instead: string) {
+    super(
+      'UNSUPPORTED_BROKER',
+      `\`${option}\` needs ${needs} or later (${what}), and the broker is ${server}. It would accept the queue arguments and ignore them, so every failure would come straight back; nothing was declared. Upgrade the broker to ${needs} or later, or ${instead}.`,
+    );
+    this.option = option;
+    this.server = server;
+    this.needs = needs;
   }
 }
 

@@ -7,6 +7,8 @@ export {
   type ConsumerDeclaration,
   type ConsumerTopology,
   type RetryOptions,
+  type InQueueRetryOptions,
+  type InQueueRetry,
   type QueueType,
   type ExchangeType,
   type ExchangeDeclaration,
@@ -15,6 +17,7 @@ export {
   type QueueBinding,
   type ArgumentValue,
 } from './topology/declaration.js';
+export { hasInQueueRetry, type BrokerIdentity } from './topology/broker-features.js';
 export { topologySpec, consumerQueues, type TopologySpec, type QueueSpec, type ExchangeSpec, type BindingSpec, type QueueArguments, type BrokerBinding } from './topology/plan.js';
 export { declareTopology, planTopology, verifyTopology, type TopologyPlan, type PlanEntry } from './topology/apply.js';
 export { BrokerConnection, backoffDelay, redactUrl, type BrokerNode, type ConnectionOptions, type ReadyHook, type TlsOptions } from './connection/index.js';

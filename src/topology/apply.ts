@@ -4,6 +4,7 @@ import type { ManagementClient } from '../management/client.js';
 import type { Topology } from './declaration.js';
 import { bindingName, diffBindings, diffArguments, QUEUE_TYPE_ARGUMENT, topologySpec, unbindHint, untypedClassic, type BindingSpec, type ExchangeSpec, type QueueSpec } from './plan.js';
 import { closeChannel } from '../connection/channel.js';
+import { checkTopologyFeatures } from './broker-features.js';
 
 /** What a plan found for one exchange, queue or binding. */
 export interface PlanEntry {
@@ -126,9 +127,13 @@ function exchangeOptions(ex: ExchangeSpec): amqp.Options.AssertExchange {
  * every start and reconnect. A queue or exchange that exists with other arguments raises
  * a {@link TopologyDriftError} naming it, the argument and both values; nothing is
  * deleted. A passive exchange is only checked: when it does not exist, an
- * {@link ExchangeNotFoundError} names it and nothing of the topology is declared.
+ * {@link ExchangeNotFoundError} names it and nothing of the topology is declared. A
+ * consumer that retries inside its queue (`retry.inQueue`) on a broker before RabbitMQ
+ * 4.3 is an `UnsupportedBrokerError`, also before anything is declared.
  */
 export async function declareTopology(model: amqp.ChannelModel, topology: Topology, only?: string): Promise<void> {
+  // Before anything is declared: an older broker would take a retry-in-queue declaration and ignore it.
+  checkTopologyFeatures(model, topology, only);
   const spec = topologySpec(topology);
   for (const ex of spec.exchanges) if (ex.passive) await checkPassive(model, topology, ex.name);
   let ch = await probeChannel(model);

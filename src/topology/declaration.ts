@@ -1,5 +1,5 @@
 import { InvalidOptionError, UnknownConsumerError } from '../errors.js';
-import { parseDuration, parkedQueueName, retryQueueName, type Duration } from '../retry/ladder.js';
+import { formatDuration, parseDuration, parkedQueueName, retryQueueName, type Duration } from '../retry/ladder.js';
 import { checkFaults, type FaultEventOptions, type FaultsTopology } from '../park/fault-event.js';
 
 /** Classic queues are the broker default; quorum queues are replicated and dead-letter at-least-once. */
@@ -17,6 +17,34 @@ export interface RetryOptions {
    * @default 6
    */
   maxAttempts?: number;
+  /**
+   * Retry inside the work queue instead of through tier queues: RabbitMQ 4.3's delayed
+   * retry of quorum queues (`x-delayed-retry-*`). A failed message is rejected with
+   * requeue and the broker sets it aside in its own queue for `min` × the delivery count,
+   * capped at `max`: with `{ min: '5s', max: '1m' }` failures 1, 2, 3 wait 5 s, 10 s, 15 s,
+   * and from the 12th on 1 m. No copy is made and no tier queue declared. Needs
+   * `queueType: 'quorum'` and RabbitMQ 4.3 or later: on an older broker connecting fails
+   * with `UnsupportedBrokerError`. Replaces `delays` (give one or the other); see
+   * docs/retry.md.
+   *
+   * @example retry: { inQueue: { min: '5s', max: '1m' }, maxAttempts: 6 }
+   * @default none: tier queues (`delays`)
+   */
+  inQueue?: InQueueRetryOptions;
+}
+
+/** The linear schedule of a retry inside the work queue: failure n waits `min` × n, at most `max`. */
+export interface InQueueRetryOptions {
+  /** The wait after the first failure, and the step it grows by. */
+  min: Duration;
+  /** The longest wait. Must be at least `min`. */
+  max: Duration;
+}
+
+/** A retry inside the work queue, after validation. */
+export interface InQueueRetry {
+  readonly minMs: number;
+  readonly maxMs: number;
 }
 
 /** The exchange types RabbitMQ has built in. */
@@ -163,11 +191,15 @@ export interface ConsumerTopology {
   /** Every binding of the work queue, on any exchange, in declaration order. */
   readonly queueBindings: readonly QueueBinding[];
   readonly queueType: QueueType;
+  /** The tier delays; empty when the consumer retries inside its queue (`inQueue`). */
   readonly delaysMs: readonly number[];
+  /** The tier queues; empty when the consumer retries inside its queue. */
   readonly retryQueues: readonly string[];
   readonly parkedQueue: string;
   readonly maxAttempts: number;
   readonly crashLimit: number;
+  /** Set when the consumer retries inside its work queue (RabbitMQ 4.3's delayed retry) instead of through tier queues. */
+  readonly inQueue: InQueueRetry | undefined;
 }
 
 /** A validated, frozen topology. Make one with {@link defineTopology}. */
@@ -221,14 +253,15 @@ function checkQueueType(value: unknown, option: string): QueueType {
 const KNOWN_KEYS = {
   topology: ['exchange', 'exchanges', 'queueType', 'retry', 'crashLimit', 'faults', 'consumers'],
   consumer: ['bindings', 'queue', 'retry', 'queueType', 'crashLimit'],
-  retry: ['delays', 'maxAttempts'],
+  retry: ['delays', 'maxAttempts', 'inQueue'],
+  inQueue: ['min', 'max'],
   exchange: ['type', 'durable', 'arguments', 'passive'],
   binding: ['exchange', 'keys', 'headers', 'match'],
 } as const;
 
 type Level = keyof typeof KNOWN_KEYS;
 
-const LEVEL_NAMES: Record<Level, string> = { topology: 'the topology', consumer: 'the consumer', retry: 'retry', exchange: 'an exchange', binding: 'a binding' };
+const LEVEL_NAMES: Record<Level, string> = { topology: 'the topology', consumer: 'the consumer', retry: 'retry', inQueue: 'retry.inQueue', exchange: 'an exchange', binding: 'a binding' };
 
 /** Edit distance, case-insensitive: how many letters to add, remove or change. */
 export function distance(a: string, b: string): number {
@@ -256,7 +289,7 @@ function checkKeys(value: object, level: Level, at: string): void {
     if (known.includes(key)) continue;
     const where = at === '' ? 'the topology' : at;
     const option = at === '' ? key : `${at}.${key}`;
-    const owners = (['consumer', 'topology', 'retry', 'exchange', 'binding'] as const).filter((l) => l !== level && (KNOWN_KEYS[l] as readonly string[]).includes(key));
+    const owners = (['consumer', 'topology', 'retry', 'inQueue', 'exchange', 'binding'] as const).filter((l) => l !== level && (KNOWN_KEYS[l] as readonly string[]).includes(key));
     if (owners.length) {
       throw new InvalidOptionError(option, `${key} is not an option of ${where}`, `${key} belongs to ${owners.map((l) => LEVEL_NAMES[l]).join(' or ')}, not to ${LEVEL_NAMES[level]}.`);
     }
@@ -384,6 +417,54 @@ function checkBindings(entries: unknown, at: string, exchanges: ReadonlyMap<stri
 }
 
 /**
+ * The retry options of one consumer: its own over the topology's. A level gives tier
+ * queues (`delays`) or a retry inside the queue (`inQueue`), never both; the consumer's
+ * choice replaces the topology's (its `delays` turn off a topology-wide `inQueue`).
+ */
+function mergeRetry(top: RetryOptions | undefined, own: RetryOptions | undefined, at: string): RetryOptions & { inQueueAt: string } {
+  for (const [level, where] of [[top, 'retry'], [own, `${at}.retry`]] as const) {
+    if (level?.delays !== undefined && level.inQueue !== undefined) {
+      throw new InvalidOptionError(`${where}.inQueue`, 'is given with `delays`', 'A consumer retries through tier queues (`delays`) or inside its queue (`inQueue`): give one of them.');
+    }
+  }
+  const ownChoice = own?.delays !== undefined || own?.inQueue !== undefined;
+  const delays = ownChoice ? own?.delays : top?.delays;
+  const inQueue = ownChoice ? own?.inQueue : top?.inQueue;
+  const maxAttempts = own?.maxAttempts ?? top?.maxAttempts;
+  return {
+    ...(delays !== undefined ? { delays } : {}),
+    ...(inQueue !== undefined ? { inQueue } : {}),
+    ...(maxAttempts !== undefined ? { maxAttempts } : {}),
+    inQueueAt: own?.inQueue !== undefined ? `${at}.retry.inQueue` : 'retry.inQueue',
+  };
+}
+
+/** Longest wait RabbitMQ keeps a message set aside for (its timers count to 2^32 - 1 ms). */
+const MAX_IN_QUEUE_DELAY_MS = 4_294_967_295;
+
+/**
+ * Validates `inQueue`. It needs a quorum queue (only quorum queues delay retries), and
+ * leaves no place for a consumer's own `crashLimit`: the broker's delivery count, which
+ * the schedule and the crash-loop guard both read, counts a failure and a death alike.
+ */
+function checkInQueue(value: unknown, at: string, type: QueueType, crashLimitAt: string | undefined): InQueueRetry {
+  if (!isPlainObject(value)) throw new InvalidOptionError(at, `${JSON.stringify(value)} is not an object`, "Example: inQueue: { min: '5s', max: '1m' }");
+  checkKeys(value, 'inQueue', at);
+  if (value['min'] === undefined || value['max'] === undefined) throw new InvalidOptionError(at, 'needs both `min` and `max`', "Example: inQueue: { min: '5s', max: '1m' }: failure n waits min × n, at most max.");
+  const minMs = parseDuration(value['min'], `${at}.min`);
+  const maxMs = parseDuration(value['max'], `${at}.max`);
+  if (maxMs < minMs) throw new InvalidOptionError(`${at}.max`, `${formatDuration(maxMs)} is shorter than min (${formatDuration(minMs)})`, 'Give a max of at least min.');
+  if (maxMs > MAX_IN_QUEUE_DELAY_MS) throw new InvalidOptionError(`${at}.max`, `${maxMs} ms is more than the broker can wait (${MAX_IN_QUEUE_DELAY_MS} ms, about 49 days)`);
+  if (type !== 'quorum') {
+    throw new InvalidOptionError(at, `needs a quorum queue, and the consumer's queue type is '${type}'`, "Only quorum queues delay retries themselves: set queueType: 'quorum' on the consumer (or the topology), or give `delays` for tier queues.");
+  }
+  if (crashLimitAt !== undefined) {
+    throw new InvalidOptionError(crashLimitAt, 'does not apply to a consumer that retries inside its queue', 'The broker counts a failed run and a run that reached no outcome (a crash) in one delivery count, so a crash loop is stopped by `maxAttempts`: remove crashLimit from this consumer.');
+  }
+  return Object.freeze({ minMs, maxMs });
+}
+
+/**
  * Validates a topology declaration once and returns it frozen, with defaults applied.
  * A key it does not know, at any level, is an {@link InvalidOptionError} naming the key,
  * where it was and the closest known one.
@@ -432,8 +513,10 @@ export function defineTopology(options: TopologyOptions): Topology {
     }
     const queue = checkName(decl.queue ?? name, `${at}.queue`);
     const bound = checkBindings(decl.bindings, at, exchanges, exchange);
-    const retry = { ...options.retry, ...decl.retry };
-    const delays = retry.delays ?? TOPOLOGY_DEFAULTS.delays;
+    const retry = mergeRetry(options.retry, decl.retry, at);
+    const consumerType = checkQueueType(decl.queueType ?? queueType, `${at}.queueType`);
+    const inQueue = retry.inQueue === undefined ? undefined : checkInQueue(retry.inQueue, retry.inQueueAt, consumerType, decl.crashLimit !== undefined ? `${at}.crashLimit` : undefined);
+    const delays = inQueue !== undefined ? [] : (retry.delays ?? TOPOLOGY_DEFAULTS.delays);
     if (!Array.isArray(delays)) throw new InvalidOptionError(`${at}.retry.delays`, 'expected an array of durations');
     const delaysMs = delays.map((d, i) => parseDuration(d, `${at}.retry.delays[${i}]`));
     if (new Set(delaysMs).size !== delaysMs.length) throw new InvalidOptionError(`${at}.retry.delays`, `${JSON.stringify(delays)} repeats a delay`, 'Each tier is one queue, so each delay appears once.');
@@ -443,12 +526,13 @@ export function defineTopology(options: TopologyOptions): Topology {
       queue,
       bindings: Object.freeze(bound.keys),
       queueBindings: Object.freeze(bound.bindings),
-      queueType: checkQueueType(decl.queueType ?? queueType, `${at}.queueType`),
+      queueType: consumerType,
       delaysMs: Object.freeze(delaysMs),
       retryQueues: Object.freeze(delaysMs.map((ms) => retryQueueName(queue, ms))),
       parkedQueue: parkedQueueName(queue),
       maxAttempts,
       crashLimit: checkInt(decl.crashLimit ?? crashLimit, `${at}.crashLimit`, 1, 1000),
+      inQueue,
     });
     for (const q of [topo.queue, ...topo.retryQueues, topo.parkedQueue]) {
       const owner = queues.get(q);

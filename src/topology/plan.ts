@@ -1,4 +1,4 @@
-import type { ArgumentValue, ConsumerTopology, ExchangeType, QueueType, Topology } from './declaration.js';
+import type { ArgumentValue, ConsumerTopology, ExchangeType, InQueueRetry, QueueType, Topology } from './declaration.js';
 
 /** Queue arguments as sent to the broker. */
 export type QueueArguments = Readonly<Record<string, string | number>>;
@@ -67,6 +67,31 @@ export function parkedQueueArguments(type: QueueType): QueueArguments {
   return type === 'quorum' ? { [QUEUE_TYPE_ARGUMENT]: 'quorum', 'x-delivery-limit': PARKED_DELIVERY_LIMIT } : { [QUEUE_TYPE_ARGUMENT]: 'classic' };
 }
 
+/**
+ * The work-queue arguments of a retry inside the queue (RabbitMQ 4.3's delayed retry):
+ * a message rejected with requeue is set aside in the queue for `min` × its delivery
+ * count, at most `max`. Type `failed` (seen on 4.3.6): a reject and a consumer that went
+ * away are delayed, a nack is not, so what warren gives back unstarted (a shutdown, a
+ * pause) comes back at once and counts nothing. (`all` delays nacks too, by `min` each
+ * time; `returned` delays only nacks.)
+ *
+ * The delivery limit leaves warren the last word: it parks the message itself, with its
+ * failure, when the run at `maxAttempts` fails (delivery count `maxAttempts - 1`), and as
+ * a crash loop when a delivery's count reaches `maxAttempts`; the broker's own
+ * dead-lettering to the parked queue is only the backstop two deliveries later.
+ */
+export function inQueueRetryArguments(retry: InQueueRetry, maxAttempts: number): Record<string, string | number> {
+  return {
+    'x-delayed-retry-type': IN_QUEUE_RETRY_TYPE,
+    'x-delayed-retry-min': retry.minMs,
+    'x-delayed-retry-max': retry.maxMs,
+    'x-delivery-limit': maxAttempts + 2,
+  };
+}
+
+/** The `x-delayed-retry-type` warren declares (see {@link inQueueRetryArguments}). */
+export const IN_QUEUE_RETRY_TYPE = 'failed';
+
 /** The queues of one consumer. Pure: the same declaration gives the same arguments. */
 export function consumerQueues(c: ConsumerTopology): QueueSpec[] {
   const quorum = c.queueType === 'quorum';
@@ -78,6 +103,7 @@ export function consumerQueues(c: ConsumerTopology): QueueSpec[] {
     'x-dead-letter-routing-key': c.parkedQueue,
   };
   if (quorum) Object.assign(work, quorumArgs(), { 'x-delivery-limit': c.crashLimit + 2 });
+  if (c.inQueue !== undefined) Object.assign(work, inQueueRetryArguments(c.inQueue, c.maxAttempts));
   const specs: QueueSpec[] = [{ name: c.queue, role: 'work', consumer: c.name, arguments: work }];
   c.delaysMs.forEach((ms, i) => {
     // Each tier has its own TTL: expiry only happens at a queue's head, so one
