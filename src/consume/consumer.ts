@@ -5,6 +5,7 @@ import { toLogger, type Logger } from '../logger.js';
 import type { BrokerConnection } from '../connection/index.js';
 import { backoffDelay } from '../connection/index.js';
 import { declareTopology } from '../topology/apply.js';
+import { checkTopologyFeatures } from '../topology/broker-features.js';
 import type { ConsumerTopology, Topology } from '../topology/declaration.js';
 import type { Publisher } from '../publish/publisher.js';
 import { checkPolicy } from '../retry-table/wait.js';
@@ -203,6 +204,8 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
     const hook = async (model: amqp.ChannelModel): Promise<void> => {
       if (this.stopping || this.closed) return;
       this.channel = undefined;
+      // A retry inside the queue rejects with requeue: on a broker without it, a hot loop.
+      checkTopologyFeatures(model, this.topology, this.name);
       await this.attach(model);
     };
     this.unregister = () => this.connection.offReady(hook);

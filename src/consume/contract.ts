@@ -7,7 +7,7 @@
  */
 import { WarrenError } from '../errors.js';
 import { HEADER, type ParkReason } from '../headers.js';
-import { decideRetry } from '../retry/ladder.js';
+import { decideInQueueRetry, decideRetry } from '../retry/ladder.js';
 import { decideWait, DEFAULT_WAIT_ATTEMPTS, isWaitForCondition, recordedFailure, type RetryTablePolicy } from '../retry-table/wait.js';
 import type { ConsumerTopology } from '../topology/declaration.js';
 import { classifyFailure, type Classifier } from './classify.js';
@@ -61,8 +61,14 @@ export type Decision = { readonly notes?: readonly DecisionNote[] } & (
    * Copy the message to retry tier `tier` (queue `queue`, `delayMs` there, then back to
    * this consumer's queue), with `warren-attempts: attempts`, then ack. `counted` is false
    * for a database outage: the attempt is not held against the message.
+   *
+   * `inQueue` (a consumer with `retry.inQueue`): no copy; `queue` is the work queue and
+   * `tier` 0. A counted retry is a reject with requeue, which raises the broker's delivery
+   * count, and the broker sets the message aside for `delayMs` (`min` × that count, at most
+   * `max`); an uncounted one is a nack with requeue, which the broker (4.3) neither counts
+   * nor delays.
    */
-  | { readonly kind: 'retry'; readonly tier: number; readonly delayMs: number; readonly queue: string; readonly attempts: number; readonly counted: boolean; readonly error: unknown }
+  | { readonly kind: 'retry'; readonly tier: number; readonly delayMs: number; readonly queue: string; readonly attempts: number; readonly counted: boolean; readonly error: unknown; readonly inQueue?: true }
   /**
    * Copy the message to the parked queue with `warren-parked-reason: reason` and
    * `warren-attempts: attempts`, then ack. `minimal`: with warren's essential headers
@@ -101,7 +107,11 @@ export interface DecisionNote {
 /** Everything {@link decide} looks at. */
 export interface DecisionInput<T = unknown> {
   readonly happened: Happening;
-  /** Failed handler runs before this delivery: `readAttempts(headers, retryQueues).failed`. */
+  /**
+   * Failed handler runs before this delivery: `readAttempts(headers, retryQueues).failed`;
+   * for a consumer that retries inside its queue, plus the broker's delivery count on a
+   * redelivery (`readInQueueAttempts`).
+   */
   readonly attempts: number;
   /** The delivery's headers (`warren-waits`, `warren-redeliveries`, `x-delivery-count` are read). */
   readonly headers: Readonly<Record<string, unknown>>;
@@ -134,6 +144,9 @@ export interface DecisionInput<T = unknown> {
  * | retry table refused the row | the ladder, attempt counted |
  * | redelivered, not seen in flight, at `crashLimit` | park `crash-loop` |
  * | redelivered on a classic queue, under it | move back with one more redelivery |
+ * | retry inside the queue (`inQueue`), threw, attempts left | retry in the queue: reject with requeue, the broker waits `min` × count, at most `max` |
+ * | retry inside the queue, database unreachable | nack with requeue (not counted, not delayed) |
+ * | retry inside the queue, redelivered, not seen in flight, `maxAttempts` deliveries counted | park `crash-loop` |
  * | never started at shutdown | requeue (a blip) |
  * | a copy's headers cannot be encoded | park with warren's essentials (`unencodable-headers` but for a park) |
  * | a move failed for 5 minutes | requeue, counted by the crash-loop guard |
@@ -230,6 +243,11 @@ function waitDecision<T>(input: DecisionInput<T>, error: unknown, notes: Decisio
 
 /** Failure number `failed + 1` climbs the ladder, or is parked at the cap. */
 function ladder(consumer: ConsumerTopology, error: unknown, failed: number): Decision {
+  if (consumer.inQueue !== undefined) {
+    const next = decideInQueueRetry(failed, consumer.inQueue, consumer.maxAttempts);
+    if (next.action === 'park') return park('max-attempts', error, next.attempts);
+    return { kind: 'retry', tier: 0, delayMs: next.delayMs, queue: consumer.queue, attempts: next.attempts, counted: true, error, inQueue: true };
+  }
   const next = decideRetry(failed, consumer.delaysMs, consumer.maxAttempts);
   if (next.action === 'park') return park('max-attempts', error, next.attempts);
   return { kind: 'retry', tier: next.tier, delayMs: next.delayMs, queue: consumer.retryQueues[next.tier] as string, attempts: next.attempts, counted: true, error };
@@ -237,6 +255,7 @@ function ladder(consumer: ConsumerTopology, error: unknown, failed: number): Dec
 
 /** The first tier, without counting an attempt: the database, not the message, failed. */
 function retryUncounted(consumer: ConsumerTopology, error: unknown, failed: number): Decision {
+  if (consumer.inQueue !== undefined) return { kind: 'retry', tier: 0, delayMs: 0, queue: consumer.queue, attempts: failed, counted: false, error, inQueue: true };
   return { kind: 'retry', tier: 0, delayMs: consumer.delaysMs[0] ?? 0, queue: consumer.retryQueues[0] as string, attempts: failed, counted: false, error };
 }
 
@@ -252,6 +271,12 @@ function retryUncounted(consumer: ConsumerTopology, error: unknown, failed: numb
 function crashLoopGuard<T>(input: DecisionInput<T>, seenInFlight: boolean): Decision {
   if (seenInFlight) return { kind: 'run' };
   const { consumer, headers, attempts: failed } = input;
+  if (consumer.inQueue !== undefined) {
+    // The broker's count is the attempts (see readInQueueAttempts): a failure and a death
+    // raise it alike. warren parks the failed run at maxAttempts itself, so a delivery
+    // counted maxAttempts times had a run that reached no outcome: the process died on it.
+    return failed >= consumer.maxAttempts ? park('crash-loop', new CrashLoopError(consumer.name, failed + 1, true), failed) : { kind: 'run' };
+  }
   if (consumer.queueType === 'quorum') {
     const count = wholeNumber(headers['x-delivery-count'], 0) ?? 1;
     return count >= consumer.crashLimit ? park('crash-loop', new CrashLoopError(consumer.name, count + 1), failed + 1) : { kind: 'run' };
@@ -292,7 +317,13 @@ export function wholeNumber(value: unknown, min: number): number | undefined {
 
 /** A message that made the process die this many times is parked, not run again. */
 export class CrashLoopError extends WarrenError {
-  constructor(consumer: string, deliveries: number) {
-    super('PERMANENT', `Consumer '${consumer}' was delivered this message ${deliveries} times without reaching an outcome (the process died or the channel closed while handling it); parked to stop the crash loop.`);
+  /** `inQueue`: the consumer retries inside its queue, where the broker counts failed runs and deaths in one number. */
+  constructor(consumer: string, deliveries: number, inQueue = false) {
+    super(
+      'PERMANENT',
+      inQueue
+        ? `Consumer '${consumer}' was delivered this message ${deliveries} times, its attempts spent, and the last run reached no outcome (the process died or the channel closed while handling it); parked to stop the crash loop.`
+        : `Consumer '${consumer}' was delivered this message ${deliveries} times without reaching an outcome (the process died or the channel closed while handling it); parked to stop the crash loop.`,
+    );
   }
 }

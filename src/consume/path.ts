@@ -14,7 +14,7 @@ import type { Logger } from '../logger.js';
 import { describeFailure, type FailureInfo } from '../park/failure.js';
 import { headerTableBytes } from '../park/message.js';
 import { uuidv7 } from '../publish/message-id.js';
-import { readAttempts } from '../retry/attempts.js';
+import { readAttempts, readInQueueAttempts } from '../retry/attempts.js';
 import { retryRow } from '../retry-table/row.js';
 import type { RetryRowInput } from '../retry-table/types.js';
 import type { ConsumerTopology } from '../topology/declaration.js';
@@ -80,9 +80,9 @@ export class DeliveryPath<T, Tx, D extends Travelling = Travelling> {
     private readonly tx?: Tx,
   ) {}
 
-  /** Failed runs before this delivery, from its headers (an unreadable count is logged). */
+  /** Failed runs before this delivery, from its headers (an unreadable count is logged); with `inQueue`, the broker's delivery count too. */
   attempts(msg: amqp.ConsumeMessage, headers: Readonly<Record<string, unknown>>): number {
-    const attempts = readAttempts(headers, this.parts.retryQueueSet);
+    const attempts = this.parts.declaration.inQueue !== undefined ? readInQueueAttempts(headers, msg.fields.redelivered, this.parts.retryQueueSet) : readAttempts(headers, this.parts.retryQueueSet);
     if (attempts.warning) this.parts.logger.warn('attempt count unreadable', { consumer: this.parts.name, messageId: msg.properties.messageId as string | undefined, warning: attempts.warning });
     return attempts.failed;
   }

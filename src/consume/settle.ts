@@ -7,7 +7,7 @@ import { WarrenError } from '../errors.js';
 import { backoffDelay } from '../connection/index.js';
 import { describeFailure } from '../park/failure.js';
 import { faultEvent, publishFaultEvent } from '../park/fault-event.js';
-import { readAttempts } from '../retry/attempts.js';
+import { readAttempts, readInQueueAttempts } from '../retry/attempts.js';
 import type { RetryTablePolicy } from '../retry-table/wait.js';
 import { traced } from '../trace/index.js';
 import type { Decision } from './contract.js';
@@ -49,6 +49,12 @@ export class Settler<T, Tx> {
       case 'move-back':
         return this.moveBack(d, headers, decision);
       case 'requeue':
+        // A copy would start the broker's delivery count again, the attempts of a consumer
+        // that retries inside its queue: that one is given back with a nack (4.3 counts none).
+        if (decision.blip && this.parts.declaration.inQueue !== undefined) {
+          this.requeue(d);
+          return undefined;
+        }
         if (decision.blip) return this.putBack(d);
         this.requeue(d, false);
         return undefined;
@@ -96,6 +102,29 @@ export class Settler<T, Tx> {
     }
   }
 
+  /**
+   * A retry inside the queue (`retry.inQueue`): a reject with requeue, which raises the
+   * broker's delivery count and has the broker set the message aside for `min` × that
+   * count (at most `max`); when the attempt is not to be counted (a database outage), a
+   * nack with requeue, which RabbitMQ 4.3 neither counts nor delays (its redelivery is a
+   * blip here). No copy: the message keeps its place in the broker's books. False when the
+   * channel is gone (the broker has the message back, and counts it as a delivery).
+   */
+  private giveBackToWait(d: Delivery, counted: boolean): boolean {
+    // Not on a channel the broker took back: a redelivery held behind this run then runs
+    // again (never acked as done: nothing of the message was kept elsewhere).
+    if (!this.parts.current(d.ch)) return false;
+    try {
+      if (counted) d.ch.reject(d.msg, true);
+      else d.ch.nack(d.msg, false, true);
+      d.settled = true;
+      if (!counted) this.parts.blips.remember(d.msg);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
   /** Counts an outcome, ends the delivery's span with it and tells the listeners (a listener's throw is logged). */
   count(outcome: Outcome, d?: Delivery): void {
     const { stats } = this.parts;
@@ -139,6 +168,13 @@ export class Settler<T, Tx> {
     const messageId = idOf(d);
     // Described once, for the copy's headers and the log line.
     const failure = describeFailure(decision.error);
+    if (decision.inQueue === true) {
+      if (this.giveBackToWait(d, decision.counted)) {
+        logRetried(parts, messageId, decision, failure);
+        this.count({ kind: 'retried', messageId, attempts: decision.attempts, queue: decision.queue, error: decision.error }, d);
+      }
+      return;
+    }
     if (await moveCopy(this, parts, d, decision.queue, copyHeaders(decision, headers, d.msg.fields, parts.name, new Date(), failure), decision)) {
       logRetried(parts, messageId, decision, failure);
       this.count({ kind: 'retried', messageId, attempts: decision.attempts, queue: decision.queue, error: decision.error }, d);
@@ -238,7 +274,8 @@ export class Settler<T, Tx> {
       }
       parts.logger.error('the failure path threw; parking the message with minimal metadata', { consumer: parts.name, messageId, error: errorText(thrown) });
       const headers = (d.msg.properties.headers ?? {}) as Record<string, unknown>;
-      await this.apply(d, headers, decideFor(parts, d, headers, readAttempts(headers, parts.retryQueueSet).failed, { kind: 'failure-path-threw', error: thrown }));
+      const failed = (parts.declaration.inQueue !== undefined ? readInQueueAttempts(headers, d.msg.fields.redelivered, parts.retryQueueSet) : readAttempts(headers, parts.retryQueueSet)).failed;
+      await this.apply(d, headers, decideFor(parts, d, headers, failed, { kind: 'failure-path-threw', error: thrown }));
     } catch (error) {
       if (d.settled || !parts.current(d.ch)) return;
       parts.logger.error('could not park a message whose failure path threw; nacked with requeue, so it will be delivered again', { consumer: parts.name, messageId, error: errorText(error) });

@@ -4,8 +4,12 @@ import { HEADER } from '../headers.js';
 export interface AttemptCount {
   /** Failed handler runs before this delivery. */
   readonly failed: number;
-  /** `header`: warren's own header; `x-death`: the broker's record (header absent); `none`: first delivery. */
-  readonly source: 'header' | 'x-death' | 'none';
+  /**
+   * `header`: warren's own header; `x-death`: the broker's record (header absent); `none`:
+   * first delivery; `x-delivery-count`: the broker's delivery count, for a consumer that
+   * retries inside its queue (with warren's header added when there is one).
+   */
+  readonly source: 'header' | 'x-death' | 'none' | 'x-delivery-count';
   /** Set when a header was present but unusable, to be logged. */
   readonly warning?: string;
 }
@@ -64,4 +68,21 @@ export function readAttempts(headers: Readonly<Record<string, unknown>> | undefi
     return { failed: fromDeaths, source: fromDeaths > 0 ? 'x-death' : 'none', warning: `header ${HEADER.attempts} is negative (${n}); read as ${fromDeaths}` };
   }
   return { failed: Math.min(n, MAX_COUNT), source: 'header' };
+}
+
+/**
+ * The failure count of a delivery to a consumer that retries inside its queue: warren's
+ * header (a copy warren made: a message from tier queues before the consumer changed, or
+ * from the retry table) plus, on a redelivery, the broker's `x-delivery-count`. The broker
+ * raises that count on each reject (each failed run) and on each delivery whose consumer
+ * went away; no copy is made, so no header of warren's can count them. On a first delivery
+ * the count is the producer's (RabbitMQ 4.x passes it through) and is not read; a reject
+ * replaces it with the broker's own (seen on 4.3.6).
+ */
+export function readInQueueAttempts(headers: Readonly<Record<string, unknown>> | undefined, redelivered: boolean, retryQueues: ReadonlySet<string>): AttemptCount {
+  const own = readAttempts(headers, retryQueues);
+  if (!redelivered) return own;
+  const count = asCount(headers?.['x-delivery-count']);
+  if (count === undefined || count <= 0) return own;
+  return { failed: Math.min(own.failed + count, MAX_COUNT), source: 'x-delivery-count', ...(own.warning !== undefined ? { warning: own.warning } : {}) };
 }

@@ -59,3 +59,26 @@ export function decideRetry(failedAttempts: number, delaysMs: readonly number[],
   const tier = Math.min(failedAttempts, delaysMs.length - 1);
   return { action: 'retry', tier, delayMs: delaysMs[tier] as number, attempts };
 }
+
+/** What to do after a transient failure of a consumer that retries inside its queue. */
+export type InQueueRetryDecision =
+  | { readonly action: 'retry'; readonly delayMs: number; readonly attempts: number }
+  | { readonly action: 'park'; readonly attempts: number };
+
+/**
+ * Chooses the next step after a transient failure, when the broker delays the retry in the
+ * work queue (RabbitMQ 4.3's delayed retry). `failed` counts the runs before this one. The
+ * reject raises the delivery count to `failed + 1`, and the broker waits `min` × that count,
+ * at most `max`: a linear schedule, `min, 2·min, 3·min, …, max, max`. At `maxAttempts` runs
+ * the message is parked.
+ */
+export function decideInQueueRetry(failed: number, retry: { readonly minMs: number; readonly maxMs: number }, maxAttempts: number): InQueueRetryDecision {
+  const attempts = failed + 1;
+  if (attempts >= maxAttempts) return { action: 'park', attempts };
+  return { action: 'retry', delayMs: inQueueDelay(attempts, retry), attempts };
+}
+
+/** The wait of failure number `n` (1-based) in the queue: `min` × n, at most `max`. */
+export function inQueueDelay(n: number, retry: { readonly minMs: number; readonly maxMs: number }): number {
+  return Math.min(retry.minMs * Math.max(1, n), retry.maxMs);
+}
