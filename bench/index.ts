@@ -4,13 +4,14 @@
  * depend on the machine and on what else runs on it.
  *
  *   npm run bench                 all of them
- *   npm run bench -- clients stores  some of them (clients, memory, stores, replay, hop, retry, metrics, tracing, console, pattern)
+ *   npm run bench -- clients stores  some of them (clients, memory, stores, replay, hop, retry, in-queue, metrics, tracing, console, pattern)
  *   npm run bench -- archive      the failure archive at 1,000,000 rows per backend (`--rows N`, `--backend sqlite`); only when named
  *
  * clients (bare amqplib, warren and other clients: publish and consume, msg/s and CPU
  * per message) runs on every broker of WARREN_BENCH_BROKERS (3.10 at :5672, 4.0 at
  * :5673, 4.3 at :5674; one not running is skipped with a line saying so); hop and
  * replay on the 3.10 and 4.0 brokers unless their URLs variable says otherwise;
+ * in-queue (retry inside the queue against tier queues) on the 4.3 broker at :5674;
  * WARREN_BENCH_SMALL=1 makes them quick. `npx tsx bench/instructions.ts` counts
  * instructions per message under valgrind, the figure to compare on a busy machine.
  */
@@ -21,6 +22,7 @@ import { benchArchive } from './archive.js';
 import { benchConsole } from './console.js';
 import { benchClients } from './clients.js';
 import { benchHop } from './hop.js';
+import { benchInQueue } from './in-queue.js';
 import { benchMetrics } from './metrics.js';
 import { benchPattern } from './pattern.js';
 import { benchMemory } from './memory.js';
@@ -30,7 +32,7 @@ import { benchRetryTable } from './retry-table.js';
 import { benchStores } from './stores.js';
 import { benchTracing } from './tracing.js';
 
-const suites: Record<string, () => Promise<BenchRow[]>> = { archive: () => benchArchive(), clients: benchClients, memory: benchMemory, stores: benchStores, replay: benchReplay, hop: benchHop, retry: benchRetryTable, metrics: benchMetrics, tracing: benchTracing, console: benchConsole, pattern: benchPattern };
+const suites: Record<string, () => Promise<BenchRow[]>> = { archive: () => benchArchive(), clients: benchClients, memory: benchMemory, stores: benchStores, replay: benchReplay, hop: benchHop, retry: benchRetryTable, 'in-queue': benchInQueue, metrics: benchMetrics, tracing: benchTracing, console: benchConsole, pattern: benchPattern };
 // Options with a value (the archive's `--rows N`, `--backend NAME`) are not benchmark names.
 const VALUED = new Set(['--rows', '--backend']);
 const wanted = process.argv.slice(2).filter((a, i, all) => !a.startsWith('-') && !VALUED.has(all[i - 1] ?? ''));
