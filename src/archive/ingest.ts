@@ -64,7 +64,8 @@ function resolveOptions(topology: Topology, o: ArchiveIngestOptions): Resolved {
     consumers: [...new Set(consumers)],
     batchSize,
     maxBatchDelayMs: whole(o.maxBatchDelayMs, INGEST_DEFAULTS.maxBatchDelayMs, 'maxBatchDelayMs', 0, 60_000),
-    prefetch: whole(o.prefetch, Math.min(65_535, 2 * batchSize), 'prefetch', batchSize, 65_535),
+    // Two batches being stored and two filling: the broker keeps sending while both slots commit.
+    prefetch: whole(o.prefetch, Math.min(65_535, 2 * INGEST_DEFAULTS.parallel * batchSize), 'prefetch', batchSize, 65_535),
     holdMs: whole(o.holdMs, INGEST_DEFAULTS.holdMs, 'holdMs', 100, 600_000),
     initialDelayMs: whole(o.retry?.initialDelayMs, INGEST_DEFAULTS.initialDelayMs, 'retry.initialDelayMs', 1, 600_000),
     maxDelayMs: whole(o.retry?.maxDelayMs, INGEST_DEFAULTS.maxDelayMs, 'retry.maxDelayMs', 1, 600_000),

@@ -25,8 +25,9 @@ export interface ArchiveIngestOptions {
    */
   maxBatchDelayMs?: number;
   /**
-   * Unacknowledged deliveries held per parked queue.
-   * @default 2 × batchSize
+   * Unacknowledged deliveries held per parked queue. The default covers the two batches
+   * being stored and two more filling meanwhile, so the broker does not wait on a commit.
+   * @default 4 × batchSize (at most 65,535)
    */
   prefetch?: number;
   /**
