@@ -3,7 +3,8 @@
  *
  * On each backend (SQLite in a temporary file; PostgreSQL at WARREN_BENCH_PG_URL, default
  * postgres://postgres@127.0.0.1:5432/test, in a schema of its own, dropped after) it
- * seeds `--rows N` archived messages (default 1,000,000) of one consumer: 10 failure
+ * seeds `--rows N` archived messages (default 100,000; the outage's size is
+ * `--rows 1000000`, about 15 minutes a backend here) of one consumer: 10 failure
  * groups, spread over 7 days, ~600 B JSON bodies, a `tenant` header of 10 values
  * (named in the error text too). Then it times:
  *
@@ -19,21 +20,27 @@
  * - show: one message by row id (noted as viewed) with its history across parkings;
  * - replay: one group of 10,000 rows (1% of the rows) replayed to the consumer's queue
  *   on RabbitMQ with confirms (`Archive.replay`), rows/s from the call to its return;
- * - ingest from the broker: `ArchiveIngester` reading 20,000 messages (or the rows, if
- *   fewer) from a parked queue, from its start to the last row stored.
+ * - ingest side by side, into the seeded table: 20,000 rows (or the rows, if fewer) by
+ *   the direct insert above, then as many messages read by `ArchiveIngester` (its
+ *   defaults) from a parked queue on RabbitMQ, from its start to the last row stored;
+ *   the ratio of the two is what the broker, the acks and the ingester's batching cost.
  *
  * Reads are the median of 5 (after one untimed warm-up). Each backend prints one line:
  *
  *   archive sqlite: rows 1000000, ingest N/s, group N ms, filter N ms, page N ms, show N ms, replay N/s
  *
- * and the targets beside the figures. Run with `npm run bench -- archive` (`--rows 2000`
+ * and the targets beside the figures, then the two ingest rates side by side:
+ *
+ *   archive sqlite ingest, 20000 rows into 100000: direct insert N/s, ArchiveIngester from the parked queue N/s (…), ratio R; load average L
+ *
+ * Run with `npm run bench -- archive` (`--rows 2000`
  * for a quick check, `--backend sqlite` or `--backend postgres` for one), or alone with
  * `npx tsx bench/archive.ts --rows 2000`. Needs RabbitMQ (WARREN_BENCH_AMQP_URL, default
  * amqp://guest:guest@127.0.0.1:5672); its queues are removed afterwards.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import * as amqp from 'amqplib';
@@ -63,7 +70,7 @@ interface Options {
 }
 
 function parseArgs(argv: readonly string[]): Options {
-  let rows = 1_000_000;
+  let rows = 100_000;
   let backends: ('sqlite' | 'postgres')[] = ['sqlite', 'postgres'];
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i] as string;
@@ -175,7 +182,7 @@ function seedSpec(i: number, n: number, now: number, consumer?: string) {
 }
 
 /** Seeds `n` rows through the ingester's path; rows/s and RSS (MB) at start, end, peak. */
-async function ingest(backend: Backend, consumer: string, n: number, log: (line: string) => void): Promise<{ rate: number; rss: { start: number; end: number; peak: number } }> {
+async function ingest(backend: Backend, consumer: string, n: number, log: (line: string) => void): Promise<{ rate: number; rss: Rss }> {
   const mb = () => process.memoryUsage().rss / 1048576;
   const start = mb();
   let peak = start;
@@ -237,32 +244,49 @@ async function parkOnBroker(model: amqp.ChannelModel, queue: string, consumer: s
   }
 }
 
-/** The ingester reading `n` messages from a parked queue: rows/s from its start to the last stored. */
-async function ingestFromBroker(backend: Backend, model: amqp.ChannelModel, topology: Topology, consumer: string, n: number): Promise<number> {
+/** Resident set size of the process, MB. */
+interface Rss {
+  readonly start: number;
+  readonly end: number;
+  readonly peak: number;
+}
+
+/** The ingester reading `n` messages from a parked queue: rows/s from its start to the last stored, batches, and RSS. */
+async function ingestFromBroker(backend: Backend, model: amqp.ChannelModel, topology: Topology, consumer: string, n: number): Promise<{ rate: number; batches: number; rss: Rss }> {
   await parkOnBroker(model, topology.consumer(consumer).parkedQueue, consumer, n);
   const ingester = archiveIngester({ store: backend.store, topology, connection: async () => model }, { consumers: [consumer] });
+  const mb = () => process.memoryUsage().rss / 1048576;
+  const start = mb();
+  let peak = start;
   let stored = 0;
-  const done = new Promise<void>((resolve) => ingester.on('batch', (b: { inserted: number }) => ((stored += b.inserted) >= n ? resolve() : undefined)));
+  let batches = 0;
+  const done = new Promise<void>((resolve) =>
+    ingester.on('batch', (b: { inserted: number }) => {
+      batches++;
+      peak = Math.max(peak, mb());
+      if ((stored += b.inserted) >= n) resolve();
+    }),
+  );
   const began = performance.now();
   ingester.start();
   await done;
   const seconds = (performance.now() - began) / 1000;
   await ingester.stop();
-  return n / seconds;
+  return { rate: n / seconds, batches, rss: { start, end: mb(), peak: Math.max(peak, mb()) } };
 }
 
 interface Figures {
   readonly backend: string;
   readonly rows: number;
   readonly ingest: number;
-  readonly rss: { start: number; end: number; peak: number };
+  readonly rss: Rss;
   readonly groupMs: number;
   readonly filterMs: number;
   readonly pageMs: number;
   readonly showMs: number;
   readonly replay: number;
-  readonly brokerIngest: number;
-  readonly brokerIngestRows: number;
+  /** Side by side into the seeded table: the direct insert, and ArchiveIngester from a parked queue. */
+  readonly sideBySide: { readonly rows: number; readonly direct: number; readonly ingester: number; readonly batches: number; readonly rss: Rss; readonly load: number };
   readonly bytes: number;
 }
 
@@ -271,6 +295,7 @@ async function runBackend(make: () => Promise<Backend>, n: number, log: (line: s
   const prefix = `bench.archive.${backend.name}.${Date.now().toString(36)}${randomBytes(2).toString('hex')}`;
   const consumer = `${prefix}.billing`;
   const fromBroker = `${prefix}.shipping`;
+  const direct = `${prefix}.invoicing`;
   const topology = defineTopology({ exchange: `${prefix}.events`, retry: { delays: ['5s'], maxAttempts: 3 }, consumers: { [consumer]: { bindings: ['order.#'] }, [fromBroker]: { bindings: ['shipment.#'] } } });
   let model: amqp.ChannelModel | undefined;
   try {
@@ -333,10 +358,13 @@ async function runBackend(make: () => Promise<Backend>, n: number, log: (line: s
     if (r.replayed !== replayGroup.count || r.stopReason !== 'done') throw new Error(`${backend.name}: replayed ${r.replayed} of ${replayGroup.count} (${r.stopReason}: ${r.error ?? ''})`);
     const replay = r.replayed / (r.elapsedMs / 1000);
 
-    const brokerIngestRows = Math.min(20_000, n);
-    const brokerIngest = await ingestFromBroker(backend, model, topology, fromBroker, brokerIngestRows);
+    // The same number of rows of the same shape into the same table, one way after the other.
+    const sideRows = Math.min(20_000, n);
+    log(`${backend.name}: ingest side by side, ${sideRows.toLocaleString('en-US')} rows each…`);
+    const bare = await ingest(backend, direct, sideRows, log);
+    const fromQueue = await ingestFromBroker(backend, model, topology, fromBroker, sideRows);
     const bytes = await backend.size();
-    return { backend: backend.name, rows: n, ingest: seeded.rate, rss: seeded.rss, groupMs, filterMs, pageMs, showMs, replay, brokerIngest, brokerIngestRows, bytes };
+    return { backend: backend.name, rows: n, ingest: seeded.rate, rss: seeded.rss, groupMs, filterMs, pageMs, showMs, replay, sideBySide: { rows: sideRows, direct: bare.rate, ingester: fromQueue.rate, batches: fromQueue.batches, rss: fromQueue.rss, load: loadavg()[0] ?? 0 }, bytes };
   } finally {
     if (model !== undefined) {
       await model.close().catch(() => undefined);
@@ -356,8 +384,15 @@ export function archiveLine(f: Figures): string {
   return [
     `archive ${f.backend}: rows ${f.rows}, ingest ${Math.round(f.ingest)}/s, group ${ms(f.groupMs)} ms, filter ${ms(f.filterMs)} ms, page ${ms(f.pageMs)} ms, show ${ms(f.showMs)} ms, replay ${Math.round(f.replay)}/s`,
     `  targets: ingest >= ${ingestTarget}/s ${ok(f.ingest >= ingestTarget)}, group ${ok(f.groupMs <= t.readMs)}, filter ${ok(f.filterMs <= t.readMs)}, page ${ok(f.pageMs <= t.readMs)}, show ${ok(f.showMs <= t.readMs)} (each <= ${t.readMs} ms), replay >= ${t.replay}/s ${ok(f.replay >= t.replay)}`,
-    `  RSS at start of ingest ${Math.round(f.rss.start)} MB, at end ${Math.round(f.rss.end)} MB (peak ${Math.round(f.rss.peak)} MB); ingest from the broker ${Math.round(f.brokerIngest)}/s (${f.brokerIngestRows.toLocaleString('en-US')} messages through ArchiveIngester); ${Math.round(f.bytes / 1048576)} MB on disk`,
+    `  RSS at start of ingest ${Math.round(f.rss.start)} MB, at end ${Math.round(f.rss.end)} MB (peak ${Math.round(f.rss.peak)} MB); ${Math.round(f.bytes / 1048576)} MB on disk`,
+    sideBySideLine(f),
   ].join('\n');
+}
+
+/** The two ingest rates into the seeded table, and their ratio. */
+export function sideBySideLine(f: Figures): string {
+  const s = f.sideBySide;
+  return `archive ${f.backend} ingest, ${s.rows} rows into ${f.rows}: direct insert ${Math.round(s.direct)}/s, ArchiveIngester from the parked queue ${Math.round(s.ingester)}/s (${s.batches} batches, RSS ${Math.round(s.rss.start)} to ${Math.round(s.rss.end)} MB, peak ${Math.round(s.rss.peak)}), ratio ${(s.ingester / s.direct).toFixed(2)}; load average ${s.load.toFixed(1)}`;
 }
 
 /** The archive's figures on each backend, as rows, and its lines printed as they come. */
@@ -375,10 +410,12 @@ export async function benchArchive(argv: readonly string[] = process.argv.slice(
     rows.push({ group: `archive ingest (${name}, ${o.rows.toLocaleString('en-US')} rows)`, metric: 'rows/s', warren: f.ingest, goal: `>= ${t.ingest[name]}` });
     for (const [what, v] of [['group counts', f.groupMs], ['filtered page', f.filterMs], ['deep page', f.pageMs], ['one message with history', f.showMs]] as const) rows.push({ group: `archive ${what} (${name})`, metric: 'ms, median', warren: v, goal: `<= ${t.readMs} ms` });
     rows.push({ group: `archive replay of a group (${name})`, metric: 'rows/s with confirms', warren: f.replay, goal: `>= ${t.replay}` });
+    rows.push({ group: `archive ingest from a parked queue (${name}, ${f.sideBySide.rows.toLocaleString('en-US')} rows)`, metric: 'rows/s', warren: f.sideBySide.ingester, baseline: f.sideBySide.direct, baselineName: 'direct insert', goal: `>= ${t.ingest[name]}` });
   }
   if (lines.length > 1) {
     console.log();
     for (const l of lines) console.log(l.split('\n')[0]);
+    for (const l of lines) console.log(l.split('\n')[3]);
   }
   return rows;
 }
