@@ -25,7 +25,7 @@ export { Publisher, PUBLISH_KINDS, type PublisherOptions, type PublishReceipt, t
 export { stampMessage, type PublishOptions, type StampedMessage } from './publish/stamp.js';
 export { uuidv7 } from './publish/message-id.js';
 export { Consumer, type PauseOptions } from './consume/consumer.js';
-export { BREAKER_DEFAULTS, CONTROL_DEFAULTS, verdictOf, type BreakerOptions, type ConsumerControl, type ConsumerPauseRow, type ControlOptions, type DependencyHealth, type FailureRateOptions, type HandPause, type IntakeState, type PauseCause, type ProbeResult, type BreakerVerdict } from './breaker/index.js';
+export { BREAKER_DEFAULTS, CONTROL_DEFAULTS, verdictOf, type BreakerOptions, type ConsumerControl, type ConsumerPauseRow, type ControlOptions, type DependencyHealth, type FailureRateOptions, type HandPause, type IntakeState, type PauseCause, type ProbeResult, type BreakerVerdict, SHARE_DEFAULTS, type BreakerShare, type BreakerStateRow } from './breaker/index.js';
 export { decide, CrashLoopError, type Decision, type DecisionInput, type DecisionNote, type Happening, type InvalidReason } from './consume/contract.js';
 export { copyHeaders, minimalHeaders, originHeaders, type DeliveryFields, type MoveDecision } from './consume/copy-headers.js';
 export type { DeliveryContext, TransactionContext } from './consume/context.js';

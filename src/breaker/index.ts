@@ -15,8 +15,10 @@ import { InvalidOptionError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { HealthState } from '../retry-table/health.js';
 import type { ControlSettings } from './control.js';
+import { checkShare, SHARE_DEFAULTS, type BreakerShare } from './share.js';
 
 export * from './control.js';
+export * from './share.js';
 
 /** Where the breaker hears of dependencies: a `HealthMonitor` (`store.retryTable.health(checks)` or `dependencyChecks(checks)`). */
 export interface DependencyHealth {
@@ -78,6 +80,19 @@ export interface BreakerOptions {
    * @default 30000
    */
   maxProbeMs?: number;
+  /**
+   * Share the breaker's state with the consumer's other processes through the store
+   * (`store.breakers`): when one opens, every one stops taking messages; when one sees a
+   * probe succeed, every one consumes again. Each still probes on its own schedule.
+   * @default each process decides for itself
+   */
+  share?: BreakerShare;
+  /**
+   * How often a process reads the shared state: another's opening or closing reaches it
+   * within about this long.
+   * @default 1000
+   */
+  shareIntervalMs?: number;
 }
 
 /** The breaker's options, checked and with their defaults. */
@@ -88,6 +103,8 @@ export interface BreakerSettings {
   readonly dependencies: readonly string[] | undefined;
   readonly probeMs: number;
   readonly maxProbeMs: number;
+  readonly share: BreakerShare | undefined;
+  readonly shareIntervalMs: number;
 }
 
 /** The defaults, in one place (docs/breaker.md lists them). */
@@ -131,6 +148,8 @@ export function breakerSettings(given: BreakerOptions | boolean | undefined): Br
   }
   const probeMs = whole(o.probeMs, BREAKER_DEFAULTS.probeMs, 'breaker.probeMs', 1, 3_600_000);
   const maxProbeMs = whole(o.maxProbeMs, Math.max(BREAKER_DEFAULTS.maxProbeMs, probeMs), 'breaker.maxProbeMs', probeMs, 3_600_000);
+  const share = checkShare(o.share);
+  const shareIntervalMs = whole(o.shareIntervalMs, SHARE_DEFAULTS.intervalMs, 'breaker.shareIntervalMs', 10, 600_000);
   return Object.freeze({
     consecutiveFailures: whole(o.consecutiveFailures, BREAKER_DEFAULTS.consecutiveFailures, 'breaker.consecutiveFailures', 1, 100_000),
     failureRate,
@@ -138,6 +157,8 @@ export function breakerSettings(given: BreakerOptions | boolean | undefined): Br
     dependencies,
     probeMs,
     maxProbeMs,
+    share,
+    shareIntervalMs,
   });
 }
 
@@ -200,6 +221,8 @@ export interface BreakerHost {
 export type PauseCause =
   | { readonly by: 'failures'; readonly reason: string }
   | { readonly by: 'dependency'; readonly dependency: string; readonly reason: string }
+  /** Another process's breaker opened, and this one follows it through the store (`breaker.share`). */
+  | { readonly by: 'shared'; readonly openedBy: string; readonly reason: string }
   | { readonly by: 'hand'; readonly reason: string; readonly actor: string };
 
 /** A hand pause: where it came from, why, by whom, since when. */
@@ -233,6 +256,12 @@ export class Breaker {
   private handStore: HandPause | undefined;
   private followTimer: NodeJS.Timeout | undefined;
   private controlFailing = false;
+  private shareTimer: NodeJS.Timeout | undefined;
+  private shareFailing = false;
+  /** When this process last closed after its own probe succeeded (a close it must share). */
+  private closedHere: Date | undefined;
+  /** This process, as the shared state names it. */
+  private readonly me = `${hostname()}:${process.pid}`;
   private streak = 0;
   /** The failure-rate window: times and verdicts, oldest first. */
   private window: Array<{ at: number; failed: boolean }> = [];
@@ -267,6 +296,61 @@ export class Breaker {
       for (const s of health.states()) if (s.healthy !== undefined) this.check(s);
     }
     if (this.control !== undefined && !this.disposed) await this.follow();
+    if (this.settings?.share !== undefined && !this.disposed) await this.followShare();
+  }
+
+  /**
+   * Reads the consumer's shared breaker and follows it: another process's opening opens
+   * this one (it then probes on its own schedule too); a closing newer than this one's
+   * opening closes it, unless a dependency's check still fails here. What this process
+   * could not write (an opening, a closing) is written again. A store that cannot be read
+   * changes nothing.
+   */
+  private async followShare(): Promise<void> {
+    const share = this.settings?.share;
+    if (share === undefined || this.disposed) return;
+    const name = this.host.name;
+    try {
+      const row = (await share.read(name)).find((r) => r.consumer === name);
+      if (this.shareFailing) this.host.logger.info('the breaker reads its shared state in the store again', { consumer: name });
+      this.shareFailing = false;
+      if (this.disposed) return;
+      if (this.state === 'closed') {
+        if (row?.open === true) {
+          // An opening from before our own close (ours, or another's): our close is not
+          // written yet, or was lost. Write it (again) rather than follow a stale opening.
+          if (this.closedHere !== undefined && this.closedHere >= row.since) await share.close(name, this.me);
+          else this.open({ by: 'shared', openedBy: row.openedBy, reason: `the breaker of ${row.openedBy} opened: ${row.reason}` });
+        }
+      } else if (this.cause !== undefined) {
+        const closedAfter = row !== undefined && !row.open && row.closedAt !== undefined && row.closedAt > this.cause.since;
+        if (closedAfter && this.down.size === 0 && !this.probing) this.close(`a probe of ${row.closedBy ?? 'another process'} succeeded`);
+        else if (this.cause.by !== 'shared' && (row === undefined || (!row.open && !closedAfter))) await share.open(name, this.cause.reason, this.me, this.cause.since);
+      }
+    } catch (error) {
+      if (!this.shareFailing) {
+        this.host.logger.warn('could not read or write the breaker\'s shared state in the store; the breaker decides alone until it can', { consumer: name, error: error instanceof Error ? error.message : String(error) });
+      }
+      this.shareFailing = true;
+    } finally {
+      if (!this.disposed) {
+        clearTimeout(this.shareTimer);
+        this.shareTimer = setTimeout(() => void this.followShare(), this.settings?.shareIntervalMs ?? SHARE_DEFAULTS.intervalMs);
+        this.shareTimer.unref();
+      }
+    }
+  }
+
+  /** Writes this process's opening or closing to the shared state now; a failure is written again at the next read. */
+  private tellShare(what: 'open' | 'close'): void {
+    const share = this.settings?.share;
+    const cause = this.cause;
+    if (share === undefined || this.disposed) return;
+    const done = what === 'open' && cause !== undefined ? share.open(this.host.name, cause.reason, this.me, cause.since) : what === 'close' ? share.close(this.host.name, this.me) : Promise.resolve(false);
+    done.catch((error: unknown) => {
+      if (!this.shareFailing) this.host.logger.warn(`could not share the breaker's ${what === 'open' ? 'opening' : 'closing'} through the store; it is tried again`, { consumer: this.host.name, error: error instanceof Error ? error.message : String(error) });
+      this.shareFailing = true;
+    });
   }
 
   /** The hand pause in force: the store's first, as it outlasts one made here. */
@@ -401,6 +485,8 @@ export class Breaker {
     this.timer = undefined;
     clearTimeout(this.followTimer);
     this.followTimer = undefined;
+    clearTimeout(this.shareTimer);
+    this.shareTimer = undefined;
     this.settings?.health?.off('check', this.onCheck);
   }
 
@@ -414,7 +500,7 @@ export class Breaker {
       this.timer = undefined;
       this.nextProbeAt = undefined;
       if (this.state === 'closed') this.open({ by: 'dependency', dependency: s.dependency, reason: `the health check of '${s.dependency}' failed ${s.consecutiveFailures} times${s.lastError === undefined ? '' : `: ${s.lastError}`}` });
-      else if (this.cause?.by === 'failures') this.cause = { by: 'dependency', dependency: s.dependency, reason: `the health check of '${s.dependency}' is failing`, since: this.cause.since };
+      else if (this.cause?.by === 'failures' || this.cause?.by === 'shared') this.cause = { by: 'dependency', dependency: s.dependency, reason: `the health check of '${s.dependency}' is failing`, since: this.cause.since };
     } else if (s.healthy === true && this.down.delete(s.dependency) && this.down.size === 0 && this.state === 'open' && !this.probing) {
       this.host.logger.info(`the health check of '${s.dependency}' passes again; probing`, { consumer: this.host.name });
       this.scheduleProbe(0);
@@ -431,9 +517,11 @@ export class Breaker {
     this.host.emit('paused', { consumer: this.host.name, ...cause });
     this.host.intakeChanged();
     if (this.down.size === 0) this.scheduleProbe(this.delay);
+    if (cause.by !== 'shared') this.tellShare('open');
   }
 
-  private close(): void {
+  /** Closes the breaker: after this process's good probe, or (`followed`) another's, read from the shared state. */
+  private close(followed?: string): void {
     const cause = this.cause;
     const openMs = cause === undefined ? 0 : Date.now() - cause.since.getTime();
     this.closedOpenMs += openMs;
@@ -443,9 +531,13 @@ export class Breaker {
     this.delay = this.settings?.probeMs ?? BREAKER_DEFAULTS.probeMs;
     clearTimeout(this.timer);
     this.timer = undefined;
-    this.host.logger.info('breaker closed: a probe succeeded; the consumer takes messages again', { consumer: this.host.name, openMs });
-    this.host.emit('resumed', { consumer: this.host.name, by: cause?.by ?? 'failures', openMs });
+    this.host.logger.info(`breaker closed: ${followed ?? 'a probe succeeded'}; the consumer takes messages again`, { consumer: this.host.name, openMs });
+    this.host.emit('resumed', { consumer: this.host.name, by: cause?.by ?? 'failures', openMs, ...(followed === undefined ? {} : { shared: true }) });
     if (this.intakeOpen) this.host.intakeChanged();
+    if (followed === undefined && this.settings?.share !== undefined) {
+      this.closedHere = new Date();
+      this.tellShare('close');
+    }
   }
 
   private scheduleProbe(ms: number): void {

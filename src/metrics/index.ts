@@ -381,7 +381,7 @@ export function warrenMetrics(options: WarrenMetricsOptions = {}): WarrenMetrics
         for (const k of consumers) {
           const intake = k.intake;
           if (intake.hand !== undefined) this.set({ consumer: k.name, reason: 'hand' }, 1);
-          if (intake.open !== undefined) this.set({ consumer: k.name, reason: intake.open.by === 'dependency' ? `dependency:${intake.open.dependency}` : 'failures' }, 1);
+          if (intake.open !== undefined) this.set({ consumer: k.name, reason: intake.open.by === 'dependency' ? `dependency:${intake.open.dependency}` : intake.open.by }, 1);
         }
       },
     }),

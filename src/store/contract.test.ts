@@ -30,20 +30,43 @@ describe.each(BACKENDS)('store contract: %s', (backend) => {
     });
   });
 
+  describe('shared breakers', () => {
+    it('keeps the first opening until a close; an opening older than the last close is stale', async () => {
+      const h = await harness(backend);
+      const store = h.store();
+      const t0 = new Date(Date.now() - 10_000);
+      expect(await store.breakers.read('shipping')).toEqual([]);
+      expect(await store.breakers.open('shipping', '5 transient failures in a row', 'a:1', t0)).toBe(true);
+      expect(await h.store().breakers.open('shipping', 'another cause', 'b:2', new Date())).toBe(false);
+      expect((await h.store().breakers.read('shipping'))[0]).toMatchObject({ consumer: 'shipping', open: true, reason: '5 transient failures in a row', openedBy: 'a:1', since: t0, closedAt: undefined });
+      expect(await store.breakers.close('shipping', 'b:2')).toBe(true);
+      expect(await store.breakers.close('shipping', 'b:2')).toBe(false);
+      const [closed] = await store.breakers.read();
+      expect(closed).toMatchObject({ open: false, closedBy: 'b:2' });
+      // An opening from before that close (a process that failed while another's probe succeeded) is stale.
+      expect(await store.breakers.open('shipping', 'late', 'a:1', new Date(closed!.closedAt!.getTime() - 1))).toBe(false);
+      expect(await store.breakers.open('shipping', 'down again', 'c:3', new Date(closed!.closedAt!.getTime() + 1))).toBe(true);
+      expect((await store.breakers.read('shipping'))[0]).toMatchObject({ open: true, reason: 'down again', openedBy: 'c:3', closedAt: undefined, closedBy: undefined });
+      expect((await store.breakers.open('x'.repeat(201), 'r', 'a:1', new Date()).catch((e: Error) => e.message))).toMatch(/consumer name/);
+      expect(await store.breakers.open('billing', 'y'.repeat(800), 'a:1', new Date())).toBe(true);
+      expect((await store.breakers.read('billing'))[0]?.reason).toHaveLength(500);
+    });
+  });
+
   describe('migrations', () => {
     it('applies the schema once; running again changes nothing', async () => {
       const h = await harness(backend);
       const store = h.store();
-      expect(await store.migrate()).toEqual({ applied: [1, 2, 3, 4, 5, 6], version: 6 });
-      expect(await store.migrate()).toEqual({ applied: [], version: 6 });
-      expect(await h.store().migrate()).toEqual({ applied: [], version: 6 });
+      expect(await store.migrate()).toEqual({ applied: [1, 2, 3, 4, 5, 6, 7], version: 7 });
+      expect(await store.migrate()).toEqual({ applied: [], version: 7 });
+      expect(await h.store().migrate()).toEqual({ applied: [], version: 7 });
     });
 
     it('is safe when two stores migrate at the same moment: one applies, the other finds it done', async () => {
       const h = await harness(backend);
       const reports = await Promise.all([h.store().migrate(), h.store().migrate(), h.store().migrate()]);
-      expect(reports.flatMap((r) => r.applied)).toEqual([1, 2, 3, 4, 5, 6]);
-      expect(reports.every((r) => r.version === 6)).toBe(true);
+      expect(reports.flatMap((r) => r.applied)).toEqual([1, 2, 3, 4, 5, 6, 7]);
+      expect(reports.every((r) => r.version === 7)).toBe(true);
     });
 
     it('is safe when two processes start at the same moment', async () => {
@@ -52,8 +75,8 @@ describe.each(BACKENDS)('store contract: %s', (backend) => {
       const children = [spawnChild(env), spawnChild(env)];
       const lines = await Promise.all(children.map((c) => c.line('migrated ')));
       const reports = lines.map((l) => JSON.parse(l.slice('migrated '.length)) as { applied: number[]; version: number });
-      expect(reports.flatMap((r) => r.applied)).toEqual([1, 2, 3, 4, 5, 6]);
-      expect(reports.map((r) => r.version)).toEqual([6, 6]);
+      expect(reports.flatMap((r) => r.applied)).toEqual([1, 2, 3, 4, 5, 6, 7]);
+      expect(reports.map((r) => r.version)).toEqual([7, 7]);
       expect(await Promise.all(children.map((c) => c.exited))).toEqual([0, 0]);
     });
 
@@ -67,9 +90,9 @@ describe.each(BACKENDS)('store contract: %s', (backend) => {
       expect(store.tables.retry).toContain(`${p}retry`);
       expect(store.tables.archive).toContain(`${p}archive`);
       const count = await store.transaction((tx) => exec(h.spec, tx, `SELECT count(*) AS n FROM ${store.tables.migrations}`));
-      expect(Number((count[0] as { n: number }).n)).toBe(6);
+      expect(Number((count[0] as { n: number }).n)).toBe(7);
       // Every archive table is there, under the prefix.
-      for (const t of [store.tables.archive, store.tables.archivePayload, store.tables.archiveHeaders, store.tables.archiveGroups]) {
+      for (const t of [store.tables.archive, store.tables.archivePayload, store.tables.archiveHeaders, store.tables.archiveGroups, store.tables.control, store.tables.breakers]) {
         expect(await store.transaction((tx) => exec(h.spec, tx, `SELECT count(*) AS n FROM ${t}`))).toEqual([{ n: backend === 'sqlite' ? 0 : '0' }]);
       }
     });
@@ -82,13 +105,13 @@ describe.each(BACKENDS)('store contract: %s', (backend) => {
       // Back to schema 1, as an older version of warren left it.
       const t = old.tables;
       await old.transaction(async (tx) => {
-        for (const sql of [`DROP TABLE ${t.retry}`, `DROP TABLE ${t.retryHolds}`, `DROP TABLE ${t.retryAudit}`, `ALTER TABLE ${t.outbox} DROP COLUMN origin`, `DROP TABLE ${t.actions}`, `DROP TABLE ${t.archive}`, `DROP TABLE ${t.archivePayload}`, `DROP TABLE ${t.archiveHeaders}`, `DROP TABLE ${t.archiveGroups}`, ...(backend === 'sqlite' ? [`DROP TABLE ${t.archiveSearch}`] : []), `DROP TABLE ${t.control}`, `DELETE FROM ${t.migrations} WHERE version >= 2`]) {
+        for (const sql of [`DROP TABLE ${t.retry}`, `DROP TABLE ${t.retryHolds}`, `DROP TABLE ${t.retryAudit}`, `ALTER TABLE ${t.outbox} DROP COLUMN origin`, `DROP TABLE ${t.actions}`, `DROP TABLE ${t.archive}`, `DROP TABLE ${t.archivePayload}`, `DROP TABLE ${t.archiveHeaders}`, `DROP TABLE ${t.archiveGroups}`, ...(backend === 'sqlite' ? [`DROP TABLE ${t.archiveSearch}`] : []), `DROP TABLE ${t.control}`, `DROP TABLE ${t.breakers}`, `DELETE FROM ${t.migrations} WHERE version >= 2`]) {
           await exec(h.spec, tx, sql);
         }
       });
       await old.close();
       const store = h.store();
-      expect(await store.migrate()).toEqual({ applied: [2, 3, 4, 5, 6], version: 6 });
+      expect(await store.migrate()).toEqual({ applied: [2, 3, 4, 5, 6, 7], version: 7 });
       expect((await store.outbox.lag()).pending).toBe(1);
       expect(await store.retryTable.count()).toBe(0);
     });

@@ -5,6 +5,7 @@
  */
 import type { ActionLog } from '../audit/entry.js';
 import type { ConsumerControl } from '../breaker/control.js';
+import type { BreakerShare } from '../breaker/share.js';
 import type { IdempotencyGuard } from '../consume/types.js';
 // eslint-disable-next-line @typescript-eslint/no-unused-vars -- for the {@link}s in doc comments below, which TypeDoc and editors resolve through imports
 import type { StoreSchemaError, StoreUnavailableError } from '../errors.js';
@@ -87,6 +88,12 @@ export interface Store<Tx> {
    * follows its row here (see docs/breaker.md).
    */
   readonly control: ConsumerControl;
+  /**
+   * Breaker state shared between processes: a consumer given `breaker: { share:
+   * store.breakers }` stops taking messages when another process's breaker opens for it,
+   * and consumes again when one of them sees a probe succeed.
+   */
+  readonly breakers: BreakerShare;
   /**
    * The failure archive's tables: every parked message, one row per parking (see
    * docs/archive.md). An ingester fills them (`Warren.connect({ archive })`, or

@@ -15,7 +15,7 @@ export interface StoreOptions {
   /**
    * Prefix of warren's table names: `<prefix>processed` (idempotency markers),
    * `<prefix>outbox`, `<prefix>retry`, `<prefix>retry_holds`, `<prefix>retry_audit`,
-   * `<prefix>actions`, `<prefix>archive` (with `_payload`, `_headers`, `_groups` and, on SQLite, `_search`), `<prefix>consumer_control` and `<prefix>migrations`. Letters, digits and `_`, starting with a
+   * `<prefix>actions`, `<prefix>archive` (with `_payload`, `_headers`, `_groups` and, on SQLite, `_search`), `<prefix>consumer_control`, `<prefix>breaker_state` and `<prefix>migrations`. Letters, digits and `_`, starting with a
    * letter or `_`, at most 40 characters.
    * @default 'warren_'
    */
@@ -82,6 +82,8 @@ export interface StoreTables {
   readonly archiveSearch: string;
   /** Hand pauses by consumer, followed by every running consumer given `control: store.control`. */
   readonly control: string;
+  /** Shared breaker state by consumer, for consumers given `breaker: { share: store.breakers }`. */
+  readonly breakers: string;
 }
 
 /** What `Store.migrate` did. */

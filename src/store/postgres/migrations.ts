@@ -228,6 +228,23 @@ export const MIGRATIONS: readonly Migration[] = [
       )`,
     ],
   },
+  {
+    version: 7,
+    name: 'shared breakers',
+    // One row per consumer whose breaker was ever shared: open while some process says its
+    // dependency is down, closed (with who and when) once a probe succeeded.
+    statements: (t) => [
+      `CREATE TABLE ${t.breakers} (
+        consumer text PRIMARY KEY,
+        open boolean NOT NULL,
+        reason text NOT NULL,
+        since timestamptz NOT NULL,
+        opened_by text NOT NULL,
+        closed_at timestamptz,
+        closed_by text
+      )`,
+    ],
+  },
 ];
 
 /** The newest version this code knows. */

@@ -14,6 +14,7 @@ import { createPool, type PgClient, type PgPool, type PgQueryResult } from './dr
 import { isUnavailable, mapError } from './errors.js';
 import { PostgresIdempotencyGuard, type PostgresGuardOptions } from './idempotency.js';
 import { applyMigrations, LATEST, schemaVersion } from './migrations.js';
+import { PostgresBreakers } from './breakers.js';
 import { PostgresControl } from './control.js';
 import { PostgresActionLog } from './actions.js';
 import { PostgresArchive } from './archive.js';
@@ -41,6 +42,7 @@ export class PostgresStoreImpl<C extends PgClient = PgClient> implements Postgre
   readonly retryTable: RetryTable;
   readonly actions: PostgresActionLog<C>;
   readonly control: PostgresControl<C>;
+  readonly breakers: PostgresBreakers<C>;
   readonly archive: PostgresArchive<C>;
   readonly channel: string | undefined;
   readonly listenChannel: string;
@@ -86,6 +88,7 @@ export class PostgresStoreImpl<C extends PgClient = PgClient> implements Postgre
       archiveGroups: q('archive_groups'),
       archiveSearch: q('archive_search'),
       control: q('consumer_control'),
+      breakers: q('breaker_state'),
     });
     // A channel is an identifier (at most 63 bytes); long names are hashed to fit.
     const channel = `${this.schema === undefined ? '' : `${this.schema}.`}${p}outbox`;
@@ -94,6 +97,7 @@ export class PostgresStoreImpl<C extends PgClient = PgClient> implements Postgre
     this.outbox = new PostgresOutbox<C>(this);
     this.actions = new PostgresActionLog<C>(this);
     this.control = new PostgresControl<C>(this);
+    this.breakers = new PostgresBreakers<C>(this);
     this.archive = new PostgresArchive<C>(this);
     this.retryTable = new RetryTable({ driver: new PostgresRetryTableDriver<C>(this), relay: (o) => this.relay(o), logger: this.options.logger });
     this.pruner = new PruneSchedule(() => this.prune(), this.options.pruneIntervalMs, this.options.logger, 'postgres');

@@ -213,6 +213,23 @@ export const MIGRATIONS: readonly Migration[] = [
       ) WITHOUT ROWID`,
     ],
   },
+  {
+    version: 7,
+    name: 'shared breakers',
+    // One row per consumer whose breaker was ever shared: open while some process says its
+    // dependency is down, closed (with who and when) once a probe succeeded.
+    statements: (t) => [
+      `CREATE TABLE ${t.breakers} (
+        consumer TEXT PRIMARY KEY,
+        open INTEGER NOT NULL,
+        reason TEXT NOT NULL,
+        since INTEGER NOT NULL,
+        opened_by TEXT NOT NULL,
+        closed_at INTEGER,
+        closed_by TEXT
+      ) WITHOUT ROWID`,
+    ],
+  },
 ];
 
 /** The newest version this code knows. */

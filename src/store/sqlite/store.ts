@@ -18,6 +18,7 @@ import { openSqlite, type SqliteDatabase, type SqliteStatement } from './driver.
 import { isBusy, mapError } from './errors.js';
 import { SqliteIdempotencyGuard } from './idempotency.js';
 import { applyMigrations, appliedVersions, LATEST } from './migrations.js';
+import { SqliteBreakers } from './breakers.js';
 import { SqliteControl } from './control.js';
 import { SqliteActionLog } from './actions.js';
 import { SqliteArchive } from './archive.js';
@@ -49,6 +50,7 @@ export class SqliteStoreImpl<DB extends SqliteDatabase = SqliteDatabase> impleme
   readonly retryTable: RetryTable;
   readonly actions: SqliteActionLog<DB>;
   readonly control: SqliteControl<DB>;
+  readonly breakers: SqliteBreakers<DB>;
   readonly archive: SqliteArchive<DB>;
   readonly events = new EventEmitter();
   private readonly options: ResolvedStoreOptions;
@@ -93,10 +95,12 @@ export class SqliteStoreImpl<DB extends SqliteDatabase = SqliteDatabase> impleme
       archiveGroups: `"${p}archive_groups"`,
       archiveSearch: `"${p}archive_search"`,
       control: `"${p}consumer_control"`,
+      breakers: `"${p}breaker_state"`,
     });
     this.outbox = new SqliteOutboxImpl<DB>(this);
     this.actions = new SqliteActionLog<DB>(this);
     this.control = new SqliteControl<DB>(this);
+    this.breakers = new SqliteBreakers<DB>(this);
     this.archive = new SqliteArchive<DB>(this);
     this.retryTable = new RetryTable({ driver: new SqliteRetryTableDriver<DB>(this), relay: (o) => this.relay(o), logger: this.options.logger });
     this.pruner = new PruneSchedule(() => this.prune(), this.options.pruneIntervalMs, this.options.logger, 'sqlite');
