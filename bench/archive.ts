@@ -18,8 +18,10 @@
  * - page: the page (50) after the 900,000th row (by cursor, newest first; 90% of the
  *   rows at other sizes);
  * - show: one message by row id (noted as viewed) with its history across parkings;
- * - replay: one group of 10,000 rows (1% of the rows) replayed to the consumer's queue
- *   on RabbitMQ with confirms (`Archive.replay`), rows/s from the call to its return;
+ * - replay: a group of 10,000 rows at any `--rows` (of a consumer of its own, in the
+ *   same tables) replayed to the consumer's queue on RabbitMQ with confirms
+ *   (`Archive.replay`, not paced), rows/s from the call to its return, with its ratio to
+ *   the target and the process's CPU per row;
  * - ingest side by side, into the seeded table: 20,000 rows (or the rows, if fewer) by
  *   the direct insert above, then as many messages read by `ArchiveIngester` (its
  *   defaults) from a parked queue on RabbitMQ, from its start to the last row stored;
@@ -34,7 +36,8 @@
  *   archive sqlite ingest, 20000 rows into 100000: direct insert N/s, ArchiveIngester from the parked queue N/s (…), ratio R; load average L
  *
  * Run with `npm run bench -- archive` (`--rows 2000`
- * for a quick check, `--backend sqlite` or `--backend postgres` for one), or alone with
+ * for a quick check, `--backend sqlite` or `--backend postgres` for one, `--replay` for
+ * the replay of the 10,000-row group alone, on empty tables, in a minute), or alone with
  * `npx tsx bench/archive.ts --rows 2000`. Needs RabbitMQ (WARREN_BENCH_AMQP_URL, default
  * amqp://guest:guest@127.0.0.1:5672); its queues are removed afterwards.
  */
@@ -51,7 +54,7 @@ import { declareTopology, defineTopology, type Topology } from '../src/index.js'
 import type { ArchiveRowInput, ArchiveStore } from '../src/store/archive.js';
 import { postgresStore } from '../src/store/postgres/index.js';
 import { sqliteStore } from '../src/store/sqlite/index.js';
-import { AMQP_URL, deleteTopology, median, printRows, type BenchRow } from './report.js';
+import { AMQP_URL, cpuPer, deleteTopology, median, printRows, type BenchRow } from './report.js';
 
 const PG_URL = process.env['WARREN_BENCH_PG_URL'] ?? 'postgres://postgres@127.0.0.1:5432/test';
 const DAY = 86_400_000;
@@ -64,14 +67,20 @@ const READS = 5;
 /** Targets on the 2-core development machine. */
 export const ARCHIVE_TARGETS = Object.freeze({ ingest: { sqlite: 5000, postgres: 10_000 }, readMs: 300, replay: 5000 });
 
+/** Rows of the replayed group, whatever `--rows` is. */
+const REPLAY_ROWS = 10_000;
+
 interface Options {
   readonly rows: number;
   readonly backends: readonly ('sqlite' | 'postgres')[];
+  /** Only the replay of the group, on empty tables. */
+  readonly replayOnly: boolean;
 }
 
 function parseArgs(argv: readonly string[]): Options {
   let rows = 100_000;
   let backends: ('sqlite' | 'postgres')[] = ['sqlite', 'postgres'];
+  let replayOnly = false;
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i] as string;
     const [flag, inline] = a.includes('=') ? (a.split('=', 2) as [string, string]) : [a, undefined];
@@ -83,9 +92,9 @@ function parseArgs(argv: readonly string[]): Options {
       const v = inline ?? argv[++i];
       if (v !== 'sqlite' && v !== 'postgres') throw new Error(`--backend ${JSON.stringify(v)} is not sqlite or postgres`);
       backends = [v];
-    }
+    } else if (flag === '--replay') replayOnly = true;
   }
-  return { rows, backends };
+  return { rows, backends, replayOnly };
 }
 
 /** A backend under test: its store, and how to read the row at a position (untimed setup). */
@@ -179,6 +188,67 @@ function seedSpec(i: number, n: number, now: number, consumer?: string) {
   const at = new Date(now - 7 * DAY + Math.floor((i * 7 * DAY) / n));
   const body = JSON.stringify({ orderId: i, tenant, customer: `c-${i % 9973}`, lines: [{ sku: `A-${i % 977}`, qty: 1 + (i % 5), price: 1999 }], address: { street: `${i % 300} Harbour Road`, city: 'Lisbon', zip: '1100-148' }, note: PAD });
   return parkedRaw({ ...(consumer !== undefined ? { consumer } : {}), id: again ? `m-${i - 1}` : `m-${i}`, errorClass: e.errorClass, error: e.text(tenant, i), at, body, headers: { tenant }, routingKey: `order.${group % 3 === 0 ? 'created' : 'paid'}`, attempts: 6, ...(again ? { replays: 1 } : {}) });
+}
+
+/** Seeds the replayed group: `REPLAY_ROWS` rows of `consumer`, all of the loyalty service's failure, through the store's insert. */
+async function seedReplayGroup(backend: Backend, consumer: string): Promise<void> {
+  const now = Date.now();
+  for (let i = 0; i < REPLAY_ROWS; i += BATCH) {
+    const archivedAt = new Date();
+    const rows: ArchiveRowInput[] = [];
+    // Every hundredth row of the seed is of the loyalty group.
+    for (let j = i; j < Math.min(REPLAY_ROWS, i + BATCH); j++) rows.push(archiveRow(consumer, seedSpec(j * 100, REPLAY_ROWS * 100, now), archivedAt));
+    const r = await backend.store.archive.insert(rows);
+    if (r.inserted !== rows.length) throw new Error(`${backend.name}: ${r.inserted} of ${rows.length} replay rows were inserted`);
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+}
+
+/** What the replay of the group measured. */
+interface ReplayFigures {
+  /** Rows/s from the call to its return. */
+  readonly rate: number;
+  /** This process's CPU (user and system) per row, µs. */
+  readonly cpuUs: number;
+}
+
+/** Replays the seeded group of `consumer` with confirms, not paced. */
+async function replayGroup(backend: Backend, model: amqp.ChannelModel, topology: Topology, consumer: string): Promise<ReplayFigures> {
+  const archive = new Archive(backend.store);
+  const group = (await archive.groups({ consumer }))[0];
+  if (group === undefined || group.count !== REPLAY_ROWS) throw new Error(`${backend.name}: the replay group has ${group?.count ?? 0} rows, not ${REPLAY_ROWS}`);
+  const { value: r, cpuUs } = await cpuPer(REPLAY_ROWS, () => archive.replay(model, topology.consumer(consumer), { filter: { consumer, fingerprint: group.fingerprint }, actor: 'bench' }));
+  if (r.replayed !== REPLAY_ROWS || r.stopReason !== 'done') throw new Error(`${backend.name}: replayed ${r.replayed} of ${REPLAY_ROWS} (${r.stopReason}: ${r.error ?? ''})`);
+  return { rate: r.replayed / (r.elapsedMs / 1000), cpuUs };
+}
+
+/** The replay of the group alone, on a fresh store. */
+async function runReplayOnly(make: () => Promise<Backend>, log: (line: string) => void): Promise<ReplayFigures> {
+  const backend = await make();
+  const prefix = `bench.archive.${backend.name}.${Date.now().toString(36)}${randomBytes(2).toString('hex')}`;
+  const consumer = `${prefix}.loyalty`;
+  const topology = defineTopology({ exchange: `${prefix}.events`, retry: { delays: ['5s'], maxAttempts: 3 }, consumers: { [consumer]: { bindings: ['loyalty.#'] } } });
+  let model: amqp.ChannelModel | undefined;
+  try {
+    log(`${backend.name}: seeding the ${REPLAY_ROWS.toLocaleString('en-US')}-row replay group…`);
+    await seedReplayGroup(backend, consumer);
+    model = await amqp.connect(AMQP_URL, { noDelay: true });
+    model.on('error', (e: Error) => log(`${backend.name}: broker connection: ${e.message}`));
+    await declareTopology(model, topology);
+    return await replayGroup(backend, model, topology, consumer);
+  } finally {
+    if (model !== undefined) {
+      await model.close().catch(() => undefined);
+      await deleteTopology(topology).catch(() => undefined);
+    }
+    await backend.teardown();
+  }
+}
+
+/** The replay's figures in words: the rate, its ratio to the target, the CPU per row. */
+function replayText(f: ReplayFigures): string {
+  const t = ARCHIVE_TARGETS.replay;
+  return `replay of a ${REPLAY_ROWS.toLocaleString('en-US')}-row group ${Math.round(f.rate)}/s, ${(f.rate / t).toFixed(2)} of the ${t}/s target ${f.rate >= t ? 'ok' : 'MISSED'}, ${Math.round(f.cpuUs)} µs CPU a row in this process`;
 }
 
 /** Seeds `n` rows through the ingester's path; rows/s and RSS (MB) at start, end, peak. */
@@ -284,7 +354,7 @@ interface Figures {
   readonly filterMs: number;
   readonly pageMs: number;
   readonly showMs: number;
-  readonly replay: number;
+  readonly replay: ReplayFigures;
   /** Side by side into the seeded table: the direct insert, and ArchiveIngester from a parked queue. */
   readonly sideBySide: { readonly rows: number; readonly direct: number; readonly ingester: number; readonly batches: number; readonly rss: Rss; readonly load: number };
   readonly bytes: number;
@@ -296,7 +366,8 @@ async function runBackend(make: () => Promise<Backend>, n: number, log: (line: s
   const consumer = `${prefix}.billing`;
   const fromBroker = `${prefix}.shipping`;
   const direct = `${prefix}.invoicing`;
-  const topology = defineTopology({ exchange: `${prefix}.events`, retry: { delays: ['5s'], maxAttempts: 3 }, consumers: { [consumer]: { bindings: ['order.#'] }, [fromBroker]: { bindings: ['shipment.#'] } } });
+  const replayed = `${prefix}.loyalty`;
+  const topology = defineTopology({ exchange: `${prefix}.events`, retry: { delays: ['5s'], maxAttempts: 3 }, consumers: { [consumer]: { bindings: ['order.#'] }, [fromBroker]: { bindings: ['shipment.#'] }, [replayed]: { bindings: ['loyalty.#'] } } });
   let model: amqp.ChannelModel | undefined;
   try {
     log(`${backend.name}: seeding ${n.toLocaleString('en-US')} rows…`);
@@ -352,11 +423,9 @@ async function runBackend(make: () => Promise<Backend>, n: number, log: (line: s
       },
     );
 
-    const replayGroup = (await archive.groups({ consumer })).find((g) => g.sampleMessage?.startsWith('loyalty service'));
-    if (replayGroup === undefined) throw new Error(`${backend.name}: the replay group is missing`);
-    const r = await archive.replay(model, topology.consumer(consumer), { filter: { consumer, fingerprint: replayGroup.fingerprint }, actor: 'bench' });
-    if (r.replayed !== replayGroup.count || r.stopReason !== 'done') throw new Error(`${backend.name}: replayed ${r.replayed} of ${replayGroup.count} (${r.stopReason}: ${r.error ?? ''})`);
-    const replay = r.replayed / (r.elapsedMs / 1000);
+    // The replayed group is 10,000 rows at any size: a consumer of its own beside the seed.
+    await seedReplayGroup(backend, replayed);
+    const replay = await replayGroup(backend, model, topology, replayed);
 
     // The same number of rows of the same shape into the same table, one way after the other.
     const sideRows = Math.min(20_000, n);
@@ -382,8 +451,8 @@ export function archiveLine(f: Figures): string {
   const ok = (good: boolean) => (good ? 'ok' : 'MISSED');
   const ingestTarget = t.ingest[f.backend as 'sqlite' | 'postgres'];
   return [
-    `archive ${f.backend}: rows ${f.rows}, ingest ${Math.round(f.ingest)}/s, group ${ms(f.groupMs)} ms, filter ${ms(f.filterMs)} ms, page ${ms(f.pageMs)} ms, show ${ms(f.showMs)} ms, replay ${Math.round(f.replay)}/s`,
-    `  targets: ingest >= ${ingestTarget}/s ${ok(f.ingest >= ingestTarget)}, group ${ok(f.groupMs <= t.readMs)}, filter ${ok(f.filterMs <= t.readMs)}, page ${ok(f.pageMs <= t.readMs)}, show ${ok(f.showMs <= t.readMs)} (each <= ${t.readMs} ms), replay >= ${t.replay}/s ${ok(f.replay >= t.replay)}`,
+    `archive ${f.backend}: rows ${f.rows}, ingest ${Math.round(f.ingest)}/s, group ${ms(f.groupMs)} ms, filter ${ms(f.filterMs)} ms, page ${ms(f.pageMs)} ms, show ${ms(f.showMs)} ms, replay ${Math.round(f.replay.rate)}/s`,
+    `  targets: ingest >= ${ingestTarget}/s ${ok(f.ingest >= ingestTarget)}, group ${ok(f.groupMs <= t.readMs)}, filter ${ok(f.filterMs <= t.readMs)}, page ${ok(f.pageMs <= t.readMs)}, show ${ok(f.showMs <= t.readMs)} (each <= ${t.readMs} ms), replay >= ${t.replay}/s ${ok(f.replay.rate >= t.replay)}; ${replayText(f.replay)}`,
     `  RSS at start of ingest ${Math.round(f.rss.start)} MB, at end ${Math.round(f.rss.end)} MB (peak ${Math.round(f.rss.peak)} MB); ${Math.round(f.bytes / 1048576)} MB on disk`,
     sideBySideLine(f),
   ].join('\n');
@@ -401,6 +470,14 @@ export async function benchArchive(argv: readonly string[] = process.argv.slice(
   const log = (line: string): void => void process.stderr.write(`bench/archive: ${line}\n`);
   const rows: BenchRow[] = [];
   const lines: string[] = [];
+  if (o.replayOnly) {
+    for (const name of o.backends) {
+      const f = await runReplayOnly(name === 'sqlite' ? sqliteBackend : postgresBackend, log);
+      console.log(`archive ${name}: ${replayText(f)}; load average ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+      rows.push({ group: `archive replay of a ${REPLAY_ROWS.toLocaleString('en-US')}-row group (${name})`, metric: 'rows/s with confirms', warren: f.rate, baseline: ARCHIVE_TARGETS.replay, baselineName: 'target', goal: '>= 1' });
+    }
+    return rows;
+  }
   for (const name of o.backends) {
     const f = await runBackend(name === 'sqlite' ? sqliteBackend : postgresBackend, o.rows, log);
     const line = archiveLine(f);
@@ -409,7 +486,7 @@ export async function benchArchive(argv: readonly string[] = process.argv.slice(
     const t = ARCHIVE_TARGETS;
     rows.push({ group: `archive ingest (${name}, ${o.rows.toLocaleString('en-US')} rows)`, metric: 'rows/s', warren: f.ingest, goal: `>= ${t.ingest[name]}` });
     for (const [what, v] of [['group counts', f.groupMs], ['filtered page', f.filterMs], ['deep page', f.pageMs], ['one message with history', f.showMs]] as const) rows.push({ group: `archive ${what} (${name})`, metric: 'ms, median', warren: v, goal: `<= ${t.readMs} ms` });
-    rows.push({ group: `archive replay of a group (${name})`, metric: 'rows/s with confirms', warren: f.replay, goal: `>= ${t.replay}` });
+    rows.push({ group: `archive replay of a ${REPLAY_ROWS.toLocaleString('en-US')}-row group (${name})`, metric: 'rows/s with confirms', warren: f.replay.rate, baseline: t.replay, baselineName: 'target', goal: '>= 1' });
     rows.push({ group: `archive ingest from a parked queue (${name}, ${f.sideBySide.rows.toLocaleString('en-US')} rows)`, metric: 'rows/s', warren: f.sideBySide.ingester, baseline: f.sideBySide.direct, baselineName: 'direct insert', goal: `>= ${t.ingest[name]}` });
   }
   if (lines.length > 1) {

@@ -5,7 +5,7 @@
  *
  *   npm run bench                 all of them
  *   npm run bench -- clients stores  some of them (clients, memory, stores, replay, hop, retry, in-queue, metrics, tracing, console, pattern)
- *   npm run bench -- archive      the failure archive at 100,000 rows per backend (`--rows 1000000`, `--backend sqlite`); only when named
+ *   npm run bench -- archive      the failure archive at 100,000 rows per backend (`--rows 1000000`, `--backend sqlite`, `--replay` for the replay alone); only when named
  *
  * clients (bare amqplib, warren and other clients: publish and consume, msg/s and CPU
  * per message) runs on every broker of WARREN_BENCH_BROKERS (3.10 at :5672, 4.0 at
