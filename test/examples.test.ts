@@ -14,7 +14,7 @@ import { hashPassword } from '../src/console/auth.js';
 import { TcpProxy } from '../src/store/testing/tcp-proxy.js';
 import { MailServer } from '../examples/orders/testing/mail-server.js';
 import { ordersTopology } from '../examples/orders/topology.js';
-import { AMQP_URL, deleteTopology, depth, MGMT_URL, onTeardown, PG_URL, rawConnection, uniqueName, waitFor } from './helpers.js';
+import { AMQP_URL, BROKER, deleteTopology, depth, MGMT_URL, onTeardown, PG_URL, rawConnection, uniqueName, waitFor } from './helpers.js';
 
 function run(file: string): Promise<{ code: number | null; out: string }> {
   const path = fileURLToPath(new URL(`../examples/${file}`, import.meta.url));
@@ -58,6 +58,18 @@ describe('examples', () => {
     expect(out).toMatch(/acme's 10 rows still held/);
     expect(out).toMatch(/all 30 labels printed/);
     expect(out).toMatch(/alice\s+pause\s+\{"tenant":"acme"\} → 10 rows/);
+    expect(code).toBe(0);
+  }, 60_000);
+
+  it('the retry-inside-the-queue tour: on 4.3 the linear waits and a park with the error; on an older broker the refusal', async () => {
+    const { code, out } = await run('in-queue-retry.ts');
+    if (BROKER === '3.10' || BROKER === '4.0') {
+      expect(out).toMatch(/refused: `consumers\.warren\.demo\.ledger\.retry\.inQueue` needs RabbitMQ 4\.3 or later/);
+    } else {
+      expect(out).toMatch(/p-1 run 3 \(delivery count 2\)/);
+      expect(out).toMatch(/parked by warren: max-attempts after 5 runs \(the ledger timed out on p-2\)/);
+      expect(out).toMatch(/done: 1 acked, 1 parked, 6 retries inside the queue/);
+    }
     expect(code).toBe(0);
   }, 60_000);
 
