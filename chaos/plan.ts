@@ -145,6 +145,12 @@ export function chaosWindowMs(count: number, cluster = false): number {
   return 40_000 + count * 10 + (cluster ? 90_000 : 0);
 }
 
+/**
+ * When the archive's ingester is killed, as fractions of the window: while messages are
+ * being parked (production covers 70% of it), one of them near the broker restart (45%).
+ */
+export const INGESTER_KILLS = [0.2, 0.48, 0.68] as const;
+
 /** Faults scale with the message count, within bounds a 2-core machine takes. */
 export function faultCounts(count: number): { consumerKills: number; connectionCloses: number } {
   return {
@@ -190,5 +196,7 @@ export function planChaos(count: number, seed: number, options: { postgres: bool
   if (options.postgres) events.push({ at: at(0.6), kind: 'restart-postgres' });
   for (let i = 0; i < consumerKills; i++) events.push({ at: spread(), kind: 'kill-consumer', target: Math.floor(rnd() * CONSUMER_PROCESSES) });
   for (let i = 0; i < connectionCloses; i++) events.push({ at: spread(), kind: 'close-connection', pick: rnd() });
+  // Drawn last, so the other faults of a seed come where they did before the archive joined the run.
+  for (const fraction of INGESTER_KILLS) events.push({ at: at(fraction), kind: 'kill-ingester' });
   return events.sort((a, b) => a.at - b.at);
 }

@@ -12,7 +12,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import * as amqp from 'amqplib';
 import { ChaosDb, type DbConfig, type StoreKind } from './db.js';
-import { check, renderReport, type BrokerState, type Failover, type ParkedCopy, type RunFacts } from './report.js';
+import { Archive } from '../src/index.js';
+import { check, renderReport, type ArchiveFacts, type BrokerState, type Failover, type ParkedCopy, type RunFacts } from './report.js';
 import { CONSUMER, CONSUMER_PROCESSES, chaosWindowMs, HELD_TENANT, planChaos, quorumTopology, topology as classicTopology, type ChaosEvent } from './plan.js';
 import type { ParentMessage, WorkerConfig, WorkerMessage } from './worker.js';
 
@@ -452,6 +453,7 @@ async function main(): Promise<number> {
     const scheduler = child('scheduler', 'scheduler', 1000);
     const consumers = Array.from({ length: CONSUMER_PROCESSES }, (_, i) => child('consumer', `consumer-${i + 1}`, 300));
     const producer = child('producer', 'producer', 0);
+    const ingester = child('ingester', 'ingester', 1000);
     for (const c of children) c.start();
     // Under load a process takes a while to start; the clock starts when all are up.
     const readyBy = Date.now() + 180_000;
@@ -628,6 +630,10 @@ async function main(): Promise<number> {
             ok = scheduler.kill();
             detail = ok ? 'SIGKILL scheduler' : 'scheduler was not running';
             break;
+          case 'kill-ingester':
+            ok = ingester.kill();
+            detail = ok ? 'SIGKILL ingester' : 'ingester was not running';
+            break;
           case 'inventory-down':
             writeFileSync(downFile, 'inventory is down\n');
             detail = 'inventory health check fails';
@@ -676,61 +682,98 @@ async function main(): Promise<number> {
     say(`faults done after ${seconds(faultsEnded - t0)}; waiting for the producer and for the pipeline to come to rest (at most ${seconds(settleTimeoutMs)})`);
 
     // --- settle: wait until nothing moves, with progress ---
+    // At rest: the work queue and tiers empty, the parked queue too (the ingester took
+    // everything into the archive), the outbox sent, only held rows in the retry table.
     const watched = [queues.queue, ...queues.retryQueues];
-    const deadline = Date.now() + settleTimeoutMs;
-    let quiet = 0;
-    let lastProgress = 0;
-    let settled = false;
-    let lastState = '';
     // Cluster: dead-lettered messages a quorum queue holds without moving them (RabbitMQ
     // 3.10 after a leader's kill -9): since when, and the replica restarts that freed them.
     const heldSince = new Map<string, number>();
     const nudges: Array<{ queue: string; leader: string; messages: number; heldMs: number }> = [];
-    while (Date.now() < deadline && !interrupted) {
-      if (!producer.finished && !producer.running && producer.unexpectedExits.length > 0) throw new Error(`the producer died (${producer.unexpectedExits.join('; ')}); the run cannot tell what was published`);
-      try {
-        const [depths, lag, progress, parked] = await Promise.all([Promise.all(watched.map((q) => mgmt.queue(q))), db.store.outbox.lag(), db.progress(), mgmt.queue(queues.parkedQueue)]);
-        const rows = await db.retryRows();
-        const unheld = rows.filter((r) => r.tenant !== HELD_TENANT).length;
-        const inQueues = depths.reduce((n, d) => n + d.messages, 0);
-        const still = producer.finished && lag.pending === 0 && inQueues === 0 && unheld === 0;
-        quiet = still ? quiet + 1 : 0;
-        if (cluster) {
-          for (const [i, q] of watched.entries()) {
-            const dlx = depths[i]?.dlx ?? 0;
-            if (dlx === 0) heldSince.delete(q);
-            else if (!heldSince.has(q)) heldSince.set(q, Date.now());
-            else if (Date.now() - (heldSince.get(q) ?? 0) > 30_000) {
-              const leader = (await mgmt.quorum(q)).leader;
-              if (!leader) continue;
-              const heldMs = Date.now() - (heldSince.get(q) ?? 0);
-              say(`  queue ${q} has held ${dlx} dead-lettered messages for ${seconds(heldMs)} without moving them; restarting its leader replica on ${leader}`);
-              say(`  ${await services('cluster', 'restart-member', leader, q)}`);
-              nudges.push({ queue: q, leader, messages: dlx, heldMs });
-              heldSince.delete(q);
+    const runDb = db;
+    const settle = async (timeoutMs: number): Promise<{ settled: boolean; lastState: string }> => {
+      const deadline = Date.now() + timeoutMs;
+      let quiet = 0;
+      let lastProgress = 0;
+      let settled = false;
+      let lastState = '';
+      while (Date.now() < deadline && !interrupted) {
+        if (!producer.finished && !producer.running && producer.unexpectedExits.length > 0) throw new Error(`the producer died (${producer.unexpectedExits.join('; ')}); the run cannot tell what was published`);
+        try {
+          const [depths, lag, progress, parked] = await Promise.all([Promise.all(watched.map((q) => mgmt.queue(q))), runDb.store.outbox.lag(), runDb.progress(), mgmt.queue(queues.parkedQueue)]);
+          const rows = await runDb.retryRows();
+          const unheld = rows.filter((r) => r.tenant !== HELD_TENANT).length;
+          const inQueues = depths.reduce((n, d) => n + d.messages, 0);
+          const still = producer.finished && lag.pending === 0 && inQueues === 0 && unheld === 0 && parked.messages === 0;
+          quiet = still ? quiet + 1 : 0;
+          if (cluster) {
+            for (const [i, q] of watched.entries()) {
+              const dlx = depths[i]?.dlx ?? 0;
+              if (dlx === 0) heldSince.delete(q);
+              else if (!heldSince.has(q)) heldSince.set(q, Date.now());
+              else if (Date.now() - (heldSince.get(q) ?? 0) > 30_000) {
+                const leader = (await mgmt.quorum(q)).leader;
+                if (!leader) continue;
+                const heldMs = Date.now() - (heldSince.get(q) ?? 0);
+                say(`  queue ${q} has held ${dlx} dead-lettered messages for ${seconds(heldMs)} without moving them; restarting its leader replica on ${leader}`);
+                say(`  ${await services('cluster', 'restart-member', leader, q)}`);
+                nudges.push({ queue: q, leader, messages: dlx, heldMs });
+                heldSince.delete(q);
+              }
             }
           }
+          lastState =
+            `${progress.effects}/${progress.expected} side effects` +
+            `${producer.finished ? '' : ' (producer still publishing)'}, parked ${parked.messages}, work queue ${depths[0]?.messages ?? 0} (${depths[0]?.unacked ?? 0} unacked)` +
+            `, tiers ${depths.slice(1).map((d) => d.messages).join('/')}${depths.some((d) => d.dlx > 0) ? ` (${depths.reduce((n, d) => n + d.dlx, 0)} dead-lettered, not yet moved by the broker)` : ''}, retry table ${rows.length} (${rows.length - unheld} held), outbox ${lag.pending} pending`;
+          if (quiet >= 5) {
+            settled = true;
+            break;
+          }
+        } catch (error) {
+          quiet = 0;
+          lastState = `not readable right now: ${error instanceof Error ? error.message : String(error)}`;
         }
-        lastState =
-          `${progress.effects}/${progress.expected} side effects` +
-          `${producer.finished ? '' : ' (producer still publishing)'}, parked ${parked.messages}, work queue ${depths[0]?.messages ?? 0} (${depths[0]?.unacked ?? 0} unacked)` +
-          `, tiers ${depths.slice(1).map((d) => d.messages).join('/')}${depths.some((d) => d.dlx > 0) ? ` (${depths.reduce((n, d) => n + d.dlx, 0)} dead-lettered, not yet moved by the broker)` : ''}, retry table ${rows.length} (${rows.length - unheld} held), outbox ${lag.pending} pending`;
-        if (quiet >= 5) {
-          settled = true;
-          break;
+        if (Date.now() - lastProgress >= 5000) {
+          lastProgress = Date.now();
+          say(`  ${seconds(Date.now() - t0).padStart(6)}  ${lastState}`);
         }
-      } catch (error) {
-        quiet = 0;
-        lastState = `not readable right now: ${error instanceof Error ? error.message : String(error)}`;
+        await sleep(1000);
       }
-      if (Date.now() - lastProgress >= 5000) {
-        lastProgress = Date.now();
-        say(`  ${seconds(Date.now() - t0).padStart(6)}  ${lastState}`);
-      }
-      await sleep(1000);
-    }
+      return { settled, lastState };
+    };
+    const { settled, lastState } = await settle(settleTimeoutMs);
     const settledAt = Date.now();
     say(settled ? `at rest after ${seconds(settledAt - faultsEnded)}: ${lastState}` : `NOT at rest after ${seconds(settleTimeoutMs)}: ${lastState}`);
+
+    // --- the archive: read what it holds, replay it, and come to rest again ---
+    // Every parking is a row by now; the permanent failures succeed when replayed (as
+    // after a fix), each must be handled once, and none parked again.
+    const archiveRows = await db.archiveRows(CONSUMER);
+    const effectsBefore = await db.effects();
+    let replay: ArchiveFacts['replay'];
+    let replayError: string | undefined;
+    let replaySettled = false;
+    const replayStarted = Date.now();
+    if (settled && !interrupted) {
+      const model = await connectAny(amqpUrls);
+      model.on('error', () => undefined);
+      try {
+        const r = await new Archive(db.store).replay(model, queues, { filter: { consumer: CONSUMER }, actor: 'chaos run' });
+        replay = { matched: r.matched, replayed: r.replayed, alreadyDone: r.alreadyDone, stopReason: r.stopReason, error: r.error };
+        say(`replayed ${r.replayed} of ${archiveRows.length} archive rows (${r.alreadyDone} skipped as done, ${r.stopReason}); waiting for them to be handled`);
+      } catch (error) {
+        replayError = error instanceof Error ? error.message : String(error);
+        say(`the replay from the archive failed: ${replayError}`);
+      } finally {
+        await model.close().catch(() => undefined);
+      }
+      if (replay) {
+        const after = await settle(60_000 + args.messages * 5);
+        replaySettled = after.settled;
+        say(after.settled ? `at rest after the replay, ${seconds(Date.now() - replayStarted)}: ${after.lastState}` : `NOT at rest after the replay: ${after.lastState}`);
+      }
+    } else replayError = 'the pipeline did not come to rest first';
+    const replayMs = Date.now() - replayStarted;
 
     // --- stop everything, then read what happened ---
     await Promise.all(children.map((c) => c.stop()));
@@ -742,6 +785,7 @@ async function main(): Promise<number> {
       db.outboxStates(),
       db.store.outbox.lag(),
     ]);
+    const archiveAfter = await db.archiveRows(CONSUMER);
     const broker: BrokerState = {
       queues: await Promise.all([queues.queue, ...queues.retryQueues, queues.parkedQueue].map(async (q) => ({ name: q, ...(await mgmt.queue(q)) }))),
       parked: await readParked(amqpUrls, queues.parkedQueue),
@@ -760,6 +804,7 @@ async function main(): Promise<number> {
       outbox,
       outboxLag: lag,
       broker,
+      archive: { rows: archiveRows, effectsBefore, replay, ...(replayError === undefined ? {} : { replayError }), replaySettled, after: archiveAfter, ingesterTotals: ingester.totals() },
       produced: producer.produced,
       settled,
       faults: done.map((d) => ({ kind: d.event.kind, ok: d.ok, detail: d.detail, tookMs: d.tookMs, at: d.at })),
@@ -770,11 +815,14 @@ async function main(): Promise<number> {
       schedulerTotals: scheduler.totals(),
       failovers,
       ...(cluster ? { heldDeadLetters: nudges } : {}),
-      timings: { faultsMs: faultsEnded - t0, settleMs: settledAt - faultsEnded, totalMs: Date.now() - runStarted },
+      timings: { faultsMs: faultsEnded - t0, settleMs: settledAt - faultsEnded, replayMs, totalMs: Date.now() - runStarted },
     };
     const result = check(facts);
     process.stdout.write(`\n${renderReport(facts, result)}\n`);
-    writeFileSync(join(runDir, 'report.json'), JSON.stringify({ facts: { ...facts, effects: Object.fromEntries(effects), markers: [...markers] }, result }, null, 2));
+    writeFileSync(
+      join(runDir, 'report.json'),
+      JSON.stringify({ facts: { ...facts, effects: Object.fromEntries(effects), markers: [...markers], archive: { ...facts.archive, effectsBefore: Object.fromEntries(effectsBefore) } }, result }, null, 2),
+    );
     return result.violations.length === 0 ? 0 : 1;
   } finally {
     await cleanup();

@@ -5,6 +5,7 @@
  *   relay      the outbox relay: publishes the producer's rows and the scheduler's
  *   scheduler  the retry-table scheduler, with the inventory health check
  *   producer   commits the run's messages through the outbox, a few through the publisher
+ *   ingester   the failure archive's ingester: moves what the consumers park into the store
  *
  * Its settings come in CHAOS_CONFIG (JSON); it reports counters to the parent over IPC
  * and stops cleanly on SIGTERM.
@@ -17,7 +18,7 @@ import { CONSUMER, DEPENDENCY, HELD_TENANT, planMessages, quorumTopology, topolo
 
 /** What the orchestrator passes to every process. */
 export interface WorkerConfig {
-  readonly role: 'consumer' | 'relay' | 'scheduler' | 'producer';
+  readonly role: 'consumer' | 'relay' | 'scheduler' | 'producer' | 'ingester';
   /** Label in logs and in the broker's connection names, e.g. `consumer-1`. */
   readonly name: string;
   /** One node's URL, or the cluster's nodes (the connection fails over from one to the next). */
@@ -118,7 +119,9 @@ async function consumer(): Promise<void> {
       const waits = Number(ctx.headers['warren-waits'] ?? 0);
       switch (p.kind) {
         case 'permanent':
-          throw new PermanentError(`chaos: message ${p.seq} fails for good`);
+          // Replayed from the archive once the run is at rest, as after a fix: then it succeeds.
+          if (Number(ctx.headers['warren-replays'] ?? 0) < 1) throw new PermanentError(`chaos: message ${p.seq} fails for good`);
+          break;
         case 'transient':
           if (ctx.attempt <= p.failures) throw new Error(`chaos: message ${p.seq} fails transiently, run ${ctx.attempt} of ${p.failures + 1}`);
           break;
@@ -244,7 +247,34 @@ async function producer(): Promise<void> {
   process.exit(0);
 }
 
-const roles = { consumer, relay, scheduler, producer } as const;
+async function ingester(): Promise<void> {
+  const db = await ChaosDb.open(cfg.db, { poolSize: 4 });
+  // The archive's ingester in this process, on the warren's connection: insert committed
+  // first, ack second; a copy that comes again after a kill is recognised and kept once.
+  const warren = await Warren.connect({
+    url: typeof cfg.amqpUrl === 'string' ? cfg.amqpUrl : [...cfg.amqpUrl],
+    topology,
+    connectionName: `chaos ${cfg.name}`,
+    connectTimeoutMs: 180_000,
+    reconnect: { initialDelayMs: 100, maxDelayMs: 2000 },
+    logger,
+    archive: { store: db.store, retry: { initialDelayMs: 100, maxDelayMs: 2000 } },
+  });
+  stopping.push(() => db.close(), () => warren.close());
+  const stats = () => {
+    const sum: Record<string, number> = { archived: 0, duplicates: 0, batches: 0 };
+    for (const s of warren.archive?.state() ?? []) {
+      sum['archived'] = (sum['archived'] ?? 0) + s.archived;
+      sum['duplicates'] = (sum['duplicates'] ?? 0) + s.duplicates;
+      sum['batches'] = (sum['batches'] ?? 0) + s.batches;
+    }
+    return sum;
+  };
+  setInterval(() => report({ type: 'stats', stats: stats() }), 500).unref();
+  report({ type: 'ready' });
+}
+
+const roles = { consumer, relay, scheduler, producer, ingester } as const;
 roles[cfg.role]().catch((error: unknown) => {
   line('error', 'failed to start', { error: error instanceof Error ? (error.stack ?? error.message) : String(error) });
   process.exit(1);
