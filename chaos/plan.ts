@@ -55,6 +55,11 @@ export type ChaosEvent =
   | { readonly at: number; readonly kind: 'kill-scheduler' }
   /** SIGKILL of the archive's ingester (kill -9: no stop, no ack of what it holds). */
   | { readonly at: number; readonly kind: 'kill-ingester' }
+  /**
+   * The ingester kills itself (SIGKILL) the next time a batch's insert has committed,
+   * before its ack: the copies come again to the next ingester, which must keep each once.
+   */
+  | { readonly at: number; readonly kind: 'kill-ingester-mid-batch' }
   | { readonly at: number; readonly kind: 'inventory-down' }
   | { readonly at: number; readonly kind: 'inventory-up' };
 
@@ -150,6 +155,12 @@ export function chaosWindowMs(count: number, cluster = false): number {
  * being parked (production covers 70% of it), one of them near the broker restart (45%).
  */
 export const INGESTER_KILLS = [0.2, 0.48, 0.68] as const;
+/**
+ * When the ingester is told to die between a batch's commit and its ack (a kill at a
+ * random time rarely lands in those few milliseconds): early enough that more messages
+ * are parked after it.
+ */
+export const INGESTER_MID_BATCH_KILL = 0.35;
 
 /** Faults scale with the message count, within bounds a 2-core machine takes. */
 export function faultCounts(count: number): { consumerKills: number; connectionCloses: number } {
@@ -198,5 +209,6 @@ export function planChaos(count: number, seed: number, options: { postgres: bool
   for (let i = 0; i < connectionCloses; i++) events.push({ at: spread(), kind: 'close-connection', pick: rnd() });
   // Drawn last, so the other faults of a seed come where they did before the archive joined the run.
   for (const fraction of INGESTER_KILLS) events.push({ at: at(fraction), kind: 'kill-ingester' });
+  events.push({ at: at(INGESTER_MID_BATCH_KILL), kind: 'kill-ingester-mid-batch' });
   return events.sort((a, b) => a.at - b.at);
 }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { ArchiveRowState, ExpectedRow, RetryRowState } from './db.js';
-import { planMessages } from './plan.js';
+import { chaosWindowMs, INGESTER_KILLS, planChaos, planMessages } from './plan.js';
 import { check, type ArchiveFacts, type ParkedCopy, type RunFacts } from './report.js';
 
 // The check is what makes the chaos run able to fail: each kind of damage must show up
@@ -190,5 +190,12 @@ describe('the plan', () => {
     expect(planMessages(2000, 43)).not.toEqual(a);
     const count = (kind: string) => a.filter((m) => m.kind === kind).length;
     expect([count('transient'), count('permanent'), count('wait'), count('held')]).toEqual([400, 20, 60, 2]);
+  });
+
+  it('kills the archive ingester three times, within the window', () => {
+    const kills = planChaos(2000, 42, { postgres: true }).filter((e) => e.kind === 'kill-ingester');
+    expect(kills).toHaveLength(INGESTER_KILLS.length);
+    for (const k of kills) expect(k.at).toBeGreaterThan(0);
+    expect(kills.every((k) => k.at < chaosWindowMs(2000))).toBe(true);
   });
 });

@@ -59,7 +59,7 @@ export interface ArchiveFacts {
   readonly replaySettled: boolean;
   /** Every row after the replay. */
   readonly after: readonly ArchiveRowState[];
-  /** The ingester's counters, summed over its processes (archived, duplicates, batches). */
+  /** The ingester's counters, summed over its processes (archived, duplicates, batches), and `midBatchKills`: its deaths between a commit and the ack. */
   readonly ingesterTotals: Readonly<Record<string, number>>;
 }
 
@@ -354,7 +354,7 @@ export function renderReport(f: RunFacts, r: CheckResult): string {
     : `broker restarts ${count('restart-broker')}${took('restart-broker')}, broker killed (kill -9) and started ${count('kill-broker')}${took('kill-broker')}`;
   out.push(
     `Faults: consumers SIGKILLed ${count('kill-consumer')}, connections closed ${count('close-connection')}, ${brokerFaults}, ` +
-      `PostgreSQL restarts ${f.faults.some((x) => x.kind === 'restart-postgres') ? count('restart-postgres') + took('restart-postgres') : 'none (SQLite store)'}, relay SIGKILLed ${count('kill-relay')}, scheduler SIGKILLed ${count('kill-scheduler')}, ${f.archive ? `archive ingester SIGKILLed ${count('kill-ingester')}, ` : ''}inventory outages ${count('inventory-down')}.`,
+      `PostgreSQL restarts ${f.faults.some((x) => x.kind === 'restart-postgres') ? count('restart-postgres') + took('restart-postgres') : 'none (SQLite store)'}, relay SIGKILLed ${count('kill-relay')}, scheduler SIGKILLed ${count('kill-scheduler')}, ${f.archive ? `archive ingester SIGKILLed ${count('kill-ingester')}, killed between a committed batch and its ack ${f.archive.ingesterTotals['midBatchKills'] ?? 0} of ${count('kill-ingester-mid-batch')}, ` : ''}inventory outages ${count('inventory-down')}.`,
   );
   out.push(`Process starts after the first: ${Object.entries(f.restarts).map(([k, v]) => `${k} ${v}`).join(', ')}.`);
   out.push(

@@ -244,6 +244,8 @@ class Child {
     });
     proc.on('exit', (code, signal) => {
       if (this.proc === proc) this.proc = undefined;
+      if (this.armed && signal === 'SIGKILL') this.armedDeaths++;
+      this.armed = false;
       if (this.config.role === 'producer' && code === 0) {
         this.finished = true;
         return;
@@ -257,10 +259,24 @@ class Child {
     });
   }
 
+  /** Tells the process to SIGKILL itself at a moment of its own choosing (its exit is expected). */
+  dieWhen(message: ParentMessage): boolean {
+    if (!this.proc?.connected) return false;
+    this.killedByUs = true;
+    this.armed = true;
+    this.proc.send(message, () => undefined);
+    return true;
+  }
+
+  /** Deaths asked for with {@link dieWhen} that happened. */
+  armedDeaths = 0;
+  private armed = false;
+
   /** SIGKILL; the exit handler starts it again after the restart delay. */
   kill(): boolean {
     if (!this.proc) return false;
     this.killedByUs = true;
+    this.armed = false;
     this.proc.kill('SIGKILL');
     return true;
   }
@@ -634,6 +650,10 @@ async function main(): Promise<number> {
             ok = ingester.kill();
             detail = ok ? 'SIGKILL ingester' : 'ingester was not running';
             break;
+          case 'kill-ingester-mid-batch':
+            ok = ingester.dieWhen('die-after-commit');
+            detail = ok ? 'ingester told to die after its next committed batch, before the ack' : 'ingester was not running';
+            break;
           case 'inventory-down':
             writeFileSync(downFile, 'inventory is down\n');
             detail = 'inventory health check fails';
@@ -804,7 +824,7 @@ async function main(): Promise<number> {
       outbox,
       outboxLag: lag,
       broker,
-      archive: { rows: archiveRows, effectsBefore, replay, ...(replayError === undefined ? {} : { replayError }), replaySettled, after: archiveAfter, ingesterTotals: ingester.totals() },
+      archive: { rows: archiveRows, effectsBefore, replay, ...(replayError === undefined ? {} : { replayError }), replaySettled, after: archiveAfter, ingesterTotals: { ...ingester.totals(), midBatchKills: ingester.armedDeaths } },
       produced: producer.produced,
       settled,
       faults: done.map((d) => ({ kind: d.event.kind, ok: d.ok, detail: d.detail, tookMs: d.tookMs, at: d.at })),

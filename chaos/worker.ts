@@ -49,7 +49,7 @@ export type WorkerMessage =
   | { readonly type: 'handled'; readonly at: number; readonly pauseMs: number | undefined };
 
 /** Messages the parent sends a worker. */
-export type ParentMessage = 'go' | 'watch' | 'unwatch';
+export type ParentMessage = 'go' | 'watch' | 'unwatch' | 'die-after-commit';
 
 const config = JSON.parse(process.env['CHAOS_CONFIG'] ?? 'null') as WorkerConfig | null;
 if (!config) throw new Error('CHAOS_CONFIG is not set: this file is started by chaos/run.ts');
@@ -249,6 +249,29 @@ async function producer(): Promise<void> {
 
 async function ingester(): Promise<void> {
   const db = await ChaosDb.open(cfg.db, { poolSize: 4 });
+  // Told so, the process dies (SIGKILL) right after a batch's insert committed, before the
+  // ingester acks it: the crash between the two that invariant 14 is about.
+  let dieAfterCommit = false;
+  process.on('message', (m: ParentMessage) => {
+    if (m === 'die-after-commit') dieAfterCommit = true;
+  });
+  const tables = db.store.archive;
+  const archive = new Proxy(tables, {
+    get(target, prop) {
+      if (prop === 'insert') {
+        return async (rows: Parameters<typeof tables.insert>[0]) => {
+          const result = await target.insert(rows);
+          if (dieAfterCommit && result.inserted > 0) {
+            line('info', 'killing itself between a committed batch and its ack', { inserted: result.inserted, messageIds: rows.map((r) => r.messageId) });
+            process.kill(process.pid, 'SIGKILL');
+          }
+          return result;
+        };
+      }
+      const value: unknown = Reflect.get(target, prop, target);
+      return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+    },
+  });
   // The archive's ingester in this process, on the warren's connection: insert committed
   // first, ack second; a copy that comes again after a kill is recognised and kept once.
   const warren = await Warren.connect({
@@ -258,7 +281,7 @@ async function ingester(): Promise<void> {
     connectTimeoutMs: 180_000,
     reconnect: { initialDelayMs: 100, maxDelayMs: 2000 },
     logger,
-    archive: { store: db.store, retry: { initialDelayMs: 100, maxDelayMs: 2000 } },
+    archive: { store: { archive }, retry: { initialDelayMs: 100, maxDelayMs: 2000 } },
   });
   stopping.push(() => db.close(), () => warren.close());
   const stats = () => {
