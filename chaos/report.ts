@@ -366,7 +366,7 @@ export function renderReport(f: RunFacts, r: CheckResult): string {
     const t = f.archive.ingesterTotals;
     const r = f.archive.replay;
     out.push(
-      `Archive: the ingester stored ${t['archived'] ?? 0} parkings in ${t['batches'] ?? 0} transactions and found ${t['duplicates'] ?? 0} copies archived already; ` +
+      `Archive (summed over every ingester process; a killed one's last half second is not counted): stored ${t['archived'] ?? 0} parkings in ${t['batches'] ?? 0} transactions, found ${t['duplicates'] ?? 0} copies archived already; ` +
         (r ? `the replay of ${r.matched} rows sent ${r.replayed}, skipped ${r.alreadyDone} as done (${r.stopReason}${r.error ? `: ${r.error}` : ''}).` : `no replay (${f.archive.replayError ?? 'not run'}).`),
     );
   }
