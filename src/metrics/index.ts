@@ -418,6 +418,13 @@ export function warrenMetrics(options: WarrenMetricsOptions = {}): WarrenMetrics
       child.inc(0);
       tiers.set(queue, child);
     });
+    const inQueue = consumer.declaration.inQueue;
+    if (inQueue !== undefined) {
+      // A retry inside the queue reports the work queue: one child, its schedule as the delay.
+      const child = retries.labels({ consumer: name, tier: 'in-queue', delay: `${formatDuration(inQueue.minMs)}..${formatDuration(inQueue.maxMs)}` });
+      child.inc(0);
+      tiers.set(consumer.declaration.queue, child);
+    }
     for (const reason of PARK_REASONS) parked.inc({ consumer: name, reason }, 0);
     cancellations.inc({ consumer: name }, 0);
     const onOutcome = (outcome: Outcome) => {

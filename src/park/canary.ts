@@ -1,4 +1,5 @@
 import type * as amqp from 'amqplib';
+import { inQueueDelay } from '../retry/ladder.js';
 import { InvalidOptionError } from '../errors.js';
 import type { ConsumerTopology } from '../topology/declaration.js';
 import { matchesFilter, type ParkedFilter } from './filter.js';
@@ -17,7 +18,7 @@ export interface ProcessedLookup {
 }
 
 /** The consumer a canary replay works on: its queues, and its retry ladder when known (for the default window). */
-export type CanaryTarget = ParkedTarget & Partial<Pick<ConsumerTopology, 'delaysMs' | 'maxAttempts'>>;
+export type CanaryTarget = ParkedTarget & Partial<Pick<ConsumerTopology, 'delaysMs' | 'maxAttempts' | 'inQueue'>>;
 
 /** Options of {@link canaryReplay}. */
 export interface CanaryOptions extends Pick<ReplayOptions, 'filter' | 'actor' | 'maxHeld' | 'maxInFlight' | 'maxCommitDelayMs' | 'signal' | 'now'> {
@@ -30,7 +31,7 @@ export interface CanaryOptions extends Pick<ReplayOptions, 'filter' | 'actor' | 
    * How long to watch the canaries after the replay. A canary not parked again within it
    * counts as succeeded, so make it longer than the consumer's retry ladder (a message
    * that fails with retries left is parked only after its last tier).
-   * @default the ladder's total delay (from `delaysMs` and `maxAttempts`) plus 10000; 30000 when the ladder is not known
+   * @default the ladder's total delay (from `delaysMs`, or `inQueue`, and `maxAttempts`) plus 10000; 30000 when the ladder is not known
    */
   windowMs?: number;
   /**
@@ -114,7 +115,15 @@ export function ladderMs(delaysMs: readonly number[], maxAttempts: number): numb
   return total;
 }
 
+/** The same for a consumer that retries inside its queue: failure n waits `min` × n, at most `max`. Pure. */
+export function inQueueLadderMs(retry: { readonly minMs: number; readonly maxMs: number }, maxAttempts: number): number {
+  let total = 0;
+  for (let attempt = 1; attempt < maxAttempts; attempt++) total += inQueueDelay(attempt, retry);
+  return total;
+}
+
 function defaultWindow(target: CanaryTarget): number {
+  if (target.inQueue !== undefined && target.maxAttempts !== undefined) return inQueueLadderMs(target.inQueue, target.maxAttempts) + DEFAULTS.slackMs;
   if (target.delaysMs === undefined || target.maxAttempts === undefined) return DEFAULTS.unknownLadderMs;
   return ladderMs(target.delaysMs, target.maxAttempts) + DEFAULTS.slackMs;
 }

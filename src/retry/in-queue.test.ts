@@ -144,3 +144,11 @@ describe('which brokers retry inside a queue', () => {
     expect(() => checkBrokerFeatures({ product: 'RabbitMQ', version: '3.10.8' }, defineTopology({ consumers: { a: { bindings: ['a'] } } }).consumers.values())).not.toThrow();
   });
 });
+
+describe('what else reads the ladder', () => {
+  it("the canary's window covers the whole in-queue schedule", async () => {
+    const { inQueueLadderMs } = await import('../park/canary.js');
+    // maxAttempts 6: five waits, 500 + 1000 + 1500 + 2000 + 2000.
+    expect(inQueueLadderMs({ minMs: 500, maxMs: 2000 }, 6)).toBe(7000);
+  });
+});
