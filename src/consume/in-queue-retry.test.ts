@@ -127,6 +127,46 @@ describe.skipIf(!HAS_IT)(`retry inside the queue${HAS_IT ? '' : ` (skipped: Rabb
     expect(String(parked!.properties.headers![HEADER.errorMessage])).toMatch(/attempts spent.*reached no outcome/);
   });
 
+  it('a message given back unstarted at shutdown keeps its delivery count: a nack, never a copy', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, queueType: 'quorum', consumers: { [name('shut')]: { bindings: ['x'], retry: { ...inQueue, maxAttempts: 6 } } } }));
+    const c = [...topology.consumers.values()][0]!;
+    const first = await Warren.connect({ url: AMQP_URL, topology, connectTimeoutMs: 5000 });
+    let release: () => void = () => undefined;
+    const held = new Promise<void>((r) => (release = r));
+    const bRuns: number[] = [];
+    const consumer = await first.consume<{ id: string }>(
+      c.name,
+      async ({ id }, ctx) => {
+        if (id === 'a') return held;
+        bRuns.push(ctx.attempt);
+        // b fails once, then waits behind a (concurrency 1) when it comes back.
+        if (bRuns.length === 1) throw new Error('b fails once');
+      },
+      { prefetch: 10, concurrency: 1, shutdownTimeoutMs: 5000 },
+    );
+    await first.publish('x', { id: 'b' });
+    await waitFor(() => consumer.stats.retried === 1, 'b to fail once');
+    await first.publish('x', { id: 'a' });
+    // a runs; b comes back (count 1) and waits behind it, never started: both held unacked.
+    await waitFor(() => consumer.stats.inFlight === 1, 'a to run');
+    const api = new ManagementClient({ url: MGMT_URL });
+    await waitFor(async () => ((await api.queue(c.queue)) as { messages_unacknowledged?: number } | undefined)?.messages_unacknowledged === 2, 'a and b both held by the consumer', 20_000);
+    const closing = first.close();
+    release();
+    await closing;
+    expect(consumer.stats.requeued).toBe(1);
+    const second = await connectWarren(topology);
+    const seen: Array<{ attempt: number; redelivered: boolean }> = [];
+    const after = await second.consume<{ id: string }>(c.name, ({ id }, ctx) => {
+      if (id === 'b') seen.push({ attempt: ctx.attempt, redelivered: ctx.raw.fields.redelivered });
+    });
+    await waitFor(() => seen.length === 1, 'b to come back');
+    // A copy would be a first delivery (attempt 1, not redelivered); the nack kept the broker's count.
+    expect(seen[0]).toEqual({ attempt: 2, redelivered: true });
+    expect(bRuns).toEqual([1]);
+    expect(after.stats.parked).toBe(0);
+  });
+
   it('a queue declared with tier retries, then declared to retry inside: drift names each argument, and nothing is deleted', async () => {
     const tiers = testTopology(({ exchange, name }) => ({ exchange, queueType: 'quorum', consumers: { [name('drift')]: { bindings: ['x'], retry: { delays: ['50ms'], maxAttempts: 4 } } } }));
     const c = [...tiers.consumers.values()][0]!;
