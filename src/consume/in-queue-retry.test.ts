@@ -4,7 +4,7 @@
  * arguments and ignore them, so warren refuses there at connect.
  */
 import { describe, expect, it } from 'vitest';
-import { declareTopology, defineTopology, HEADER, ManagementClient, PermanentError, planTopology, TopologyDriftError, UnsupportedBrokerError, Warren } from '../index.js';
+import { declareTopology, defineTopology, HEADER, ManagementClient, PermanentError, planTopology, readStatus, TopologyDriftError, UnsupportedBrokerError, Warren } from '../index.js';
 import { AMQP_URL, BROKER, connectWarren, depth, drain, MGMT_URL, rawConnection, testTopology, waitFor } from '../../test/helpers.js';
 
 const HAS_IT = BROKER !== '3.10' && BROKER !== '4.0';
@@ -165,6 +165,23 @@ describe.skipIf(!HAS_IT)(`retry inside the queue${HAS_IT ? '' : ` (skipped: Rabb
     expect(seen[0]).toEqual({ attempt: 2, redelivered: true });
     expect(bRuns).toEqual([1]);
     expect(after.stats.parked).toBe(0);
+  });
+
+  it('status shows the messages set aside in the work queue (the management API), which its ready count leaves out', async () => {
+    const topology = testTopology(({ exchange, name }) => ({ exchange, queueType: 'quorum', consumers: { [name('seen')]: { bindings: ['x'], retry: { inQueue: { min: '30s', max: '30s' }, maxAttempts: 3 } } } }));
+    const c = [...topology.consumers.values()][0]!;
+    const warren = await connectWarren(topology);
+    const consumer = await warren.consume(c.name, () => {
+      throw new Error('waits 30 s');
+    });
+    await warren.publish('x', { n: 5 });
+    await waitFor(() => consumer.stats.retried === 1, 'the first failure');
+    const conn = await rawConnection();
+    const api = new ManagementClient({ url: MGMT_URL });
+    await waitFor(async () => (await readStatus(conn, topology, { management: api })).consumers[0]?.work.delayed === 1, 'status to count one message set aside', 20_000);
+    const report = await readStatus(conn, topology, { management: api });
+    expect(report.consumers[0]?.work.ready).toBe(0);
+    expect(report.consumers[0]?.retries).toEqual([]);
   });
 
   it('a queue declared with tier retries, then declared to retry inside: drift names each argument, and nothing is deleted', async () => {

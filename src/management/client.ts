@@ -22,6 +22,8 @@ export interface QueueInfo {
   readonly type?: string;
   readonly messages_ready?: number;
   readonly messages_unacknowledged?: number;
+  /** Messages set aside by a quorum queue's delayed retry, waiting for their time (RabbitMQ 4.3). */
+  readonly messages_delayed?: number;
   readonly messages?: number;
   readonly consumers?: number;
   readonly message_stats?: {

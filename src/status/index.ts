@@ -20,6 +20,11 @@ export interface QueueState {
    * redelivered), not failures.
    */
   readonly redeliverRate: number | undefined;
+  /**
+   * Messages set aside in the queue by its delayed retry (`retry.inQueue`, RabbitMQ 4.3),
+   * counted in neither `ready` nor `unacked` (management API only: `messages_delayed`).
+   */
+  readonly delayed?: number;
 }
 
 /** A retry tier: a queue and its delay. */
@@ -79,7 +84,7 @@ const AMQP_MISSING = ['unacknowledged counts', 'redelivery rates'] as const;
 /** Adds what only the management API knows (unacknowledged count, redelivery rate) to a live AMQP reading. */
 function withInfo(q: QueueState, info: QueueInfo | undefined, redeliveries = true): QueueState {
   if (!q.exists || !info) return q;
-  return { ...q, unacked: info.messages_unacknowledged ?? 0, redeliverRate: redeliveries ? info.message_stats?.redeliver_details?.rate : undefined };
+  return { ...q, unacked: info.messages_unacknowledged ?? 0, redeliverRate: redeliveries ? info.message_stats?.redeliver_details?.rate : undefined, ...(info.messages_delayed !== undefined ? { delayed: info.messages_delayed } : {}) };
 }
 
 function overlay(states: readonly ConsumerState[], all: ReadonlyMap<string, QueueInfo>): ConsumerState[] {

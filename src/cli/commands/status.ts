@@ -152,6 +152,9 @@ export const status: Command = {
       const p = pauseOf(c.consumer);
       ctx.out(p === undefined ? c.consumer : `${c.consumer}  (paused by hand by ${p.actor} ${relative(p.since)}: ${p.reason})`);
       const rows = [row('work', c.work), ...c.retries.map((r) => row(`retry ${formatDuration(r.delayMs)}`, r)), row('parked', c.parked)];
+      // A retry inside the queue: the messages the work queue has set aside, waiting for their time.
+      const inQueue = topology.consumers.get(c.consumer)?.inQueue;
+      if (inQueue !== undefined) rows.splice(1, 0, [`retry in queue ${formatDuration(inQueue.minMs)}..${formatDuration(inQueue.maxMs)}`, c.work.name, c.work.exists ? n(c.work.delayed) : '', '', '', '']);
       if (database) {
         const a = openOf(c.consumer);
         rows.push(['archive', a !== undefined && a.oldestOpenAt !== null ? `open, oldest ${span(Date.now() - a.oldestOpenAt.getTime())}` : 'open', count(a?.open ?? 0), '', '', '']);
