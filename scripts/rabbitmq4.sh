@@ -174,7 +174,8 @@ run_step() {
   # The heartbeat must neither keep the lock (fd 9) nor leave a sleep behind
   # holding our stdout open, so it closes 9 and kills its sleep on TERM.
   (
-    trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+    nap=
+    trap 'kill "${nap:-}" 2>/dev/null; exit 0' TERM
     while :; do
       sleep 30 & nap=$!
       wait "$nap"

@@ -18,6 +18,7 @@ export {
   type ParkedMessage,
   type ParkedSummary,
   type RawMessage,
+  type ReplaySource,
 } from './message.js';
 export { parkedIdentity } from './identity.js';
 export { compilePattern, isTextPattern, matchSteps, parsePatternLiteral, postgresRegex, MAX_MATCHED_TEXT, MAX_PATTERN_LENGTH, MAX_PATTERN_PROGRAM, MAX_PATTERN_REPEAT, type PatternOptions, type TextPattern } from './pattern.js';
