@@ -408,6 +408,8 @@ export class Archive {
         }
         const batch: SentBatch = { published, unsent: rows.slice(published.length), confirmed: confirms.all() };
         const settled = tail.then(() => settle(batch));
+        // Awaited below, or after the loop: a mark that fails while a claim is awaited is not an unhandled rejection.
+        settled.catch(() => undefined);
         tail = settled;
         unsettled.push(settled);
         while (unsettled.length >= window) await unsettled.shift();

@@ -227,6 +227,37 @@ describe.each(BACKENDS)('archive actions: %s', (backend) => {
     expect([...s.handled.entries()].filter(([, n]) => n > 2)).toEqual([]);
   });
 
+  it('a mark the database refuses, batches in flight: the replay stops as failed, the rows stay open, and a later replay sends them', async () => {
+    const s = await setup(backend);
+    await s.publish(120);
+    await waitFor(async () => (await openCount(s)) === 120, 'archived', 30_000);
+    s.failing.fn = () => false;
+    // The second batch's mark fails for good while later batches are claimed and sent.
+    const tables = Object.create(s.store.archive) as typeof s.store.archive;
+    let marks = 0;
+    tables.markReplayed = async (ids, mark) => {
+      if (++marks === 2) throw new Error('constraint violated');
+      return s.store.archive.markReplayed(ids, mark);
+    };
+    const refusing = new Archive({ archive: tables, processed: (c, ids) => s.store.processed(c, ids) });
+    const r = await refusing.replay(s.conn, s.topology.consumer('billing'), { filter: { consumer: 'billing' }, actor: 'alice', batchSize: 20, leaseMs: 1500 });
+    expect(r).toMatchObject({ stopReason: 'failed', replayed: 20, error: 'constraint violated' });
+    await waitFor(
+      async () => {
+        await s.archive.replay(s.conn, s.topology.consumer('billing'), { filter: { consumer: 'billing' }, actor: 'alice', leaseMs: 1500 });
+        return (await openCount(s)) === 0;
+      },
+      'every row replayed',
+      30_000,
+    );
+    await waitFor(() => s.handled.size === 120, 'all handled', 20_000);
+    expect([...s.handled.values()].every((n) => n === 1)).toBe(true);
+    // The rows whose copies went out unmarked are found done by their markers when they come round again.
+    const replayed = await s.archive.count({ consumer: 'billing', states: ['replayed'] });
+    const done = await s.archive.count({ consumer: 'billing', states: ['resolved'] });
+    expect({ sum: replayed + done, atLeastTheUnmarked: done >= 20 }).toEqual({ sum: 120, atLeastTheUnmarked: true });
+  });
+
   it('loses its broker connection mid-replay: the rows not confirmed stay open, and a later replay finishes', async () => {
     const s = await setup(backend);
     await s.publish(120);
