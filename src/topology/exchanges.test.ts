@@ -227,7 +227,8 @@ describe('a passive exchange owned by another team', () => {
     // A marker only the ledger is bound for: the ledger's queue is in order, so once the
     // marker is handled, any retry or replay copy routed to it would have been handled too.
     await publishRaw(foreign, 'ledger.only', { id: 'marker' }, { messageId: 'marker' });
-    await waitFor(() => ledgerSaw.includes('marker'), 'the ledger to handle the marker');
+    // Its ack is counted once the handler has returned: wait for the count, not only the run.
+    await waitFor(() => ledgerSaw.includes('marker') && ledger.stats.acked >= 2, () => `the ledger to handle and ack the marker (acked ${ledger.stats.acked})`);
     expect(ledgerSaw).toEqual(['p1', 'marker']);
     expect(ledger.stats).toMatchObject({ acked: 2, retried: 0, parked: 0 });
     expect(await depth(conn, topology.consumer(name('refunds')).parkedQueue)).toBe(0);
