@@ -73,6 +73,22 @@ describe.each(BACKENDS)('warren consumer: %s', (backend) => {
     expect(records[1]?.detail).toEqual({ reason: 'carrier maintenance until 14:00' });
   });
 
+  it('warren status --db shows a breaker shared through the database while it is open', async () => {
+    const h = await harness(backend);
+    const store = h.store();
+    const mod = await topologyModule(({ exchange, name }) => ({ exchange, consumers: { [name('tax')]: { bindings: ['x'] } } }));
+    const c = [...mod.topology.consumers.values()][0]!;
+    await connectWarren(mod.topology);
+    await store.breakers.open(c.name, 'the health check of \'tax-api\' failed 2 times', 'pod-7:41', new Date());
+    const open = await warren(['status', c.name, ...dbFlags(h)], { env: mod.env });
+    expect(open.code).toBe(1);
+    expect(open.stdout).toMatch(new RegExp(`${c.name}  \\(breaker open .*: the health check of 'tax-api' failed 2 times\\)`));
+    expect(open.stdout).toMatch(new RegExp(`! ${c.name}: breaker open .* \\(shared through the database; opened by pod-7:41\\): .*; 0 messages wait in ${c.queue} until a probe succeeds`));
+    await store.breakers.close(c.name, 'pod-8:12');
+    const closed = await warren(['status', c.name, ...dbFlags(h)], { env: mod.env });
+    expect(closed.stdout).not.toContain('breaker open');
+  });
+
   it('refuses what it cannot do, and changes nothing', async () => {
     const h = await harness(backend);
     const store = h.store();

@@ -12,6 +12,7 @@ import { BrokerReader, type BrokerSnapshot, type QueueFigures } from '../metrics
 import type { RetrySignals } from '../retry-table/index.js';
 import { findBindingProblems, findProblems, type ConsumerState, type QueueState, type StatusProblem } from '../status/index.js';
 import type { ConsumerPauseRow } from '../breaker/control.js';
+import type { BreakerStateRow } from '../breaker/share.js';
 import type { ArchiveCounts, OutboxLag, Store } from '../store/index.js';
 import type { Topology } from '../topology/declaration.js';
 import type { BrokerBinding } from '../topology/plan.js';
@@ -51,6 +52,15 @@ export interface ConsumerView {
    * `control: store.control`; null when there is none, or without a database.
    */
   readonly pause: { readonly reason: string; readonly actor: string; readonly since: string } | null;
+  /**
+   * The breaker shared through the database (`breaker: { share: store.breakers }`), while
+   * open: every process of the consumer that shares it takes no messages. Null otherwise.
+   */
+  readonly breaker: { readonly reason: string; readonly openedBy: string; readonly since: string } | null;
+}
+
+function breakerView(r: BreakerStateRow | undefined): ConsumerView['breaker'] {
+  return r === undefined ? null : { reason: r.reason, openedBy: r.openedBy, since: r.since.toISOString() };
 }
 
 function pauseView(r: ConsumerPauseRow | undefined): ConsumerView['pause'] {
@@ -60,7 +70,7 @@ function pauseView(r: ConsumerPauseRow | undefined): ConsumerView['pause'] {
 /** Something to look at, with the kinds `warren status` uses. */
 export interface Problem {
   readonly consumer: string;
-  readonly kind: StatusProblem['kind'] | 'outbox-flagged' | 'retry-overdue' | 'unreadable' | 'archive-behind' | 'paused';
+  readonly kind: StatusProblem['kind'] | 'outbox-flagged' | 'retry-overdue' | 'unreadable' | 'archive-behind' | 'paused' | 'breaker-open';
   readonly message: string;
 }
 
@@ -139,7 +149,7 @@ export class ConsoleData {
   private readonly capacity: number;
   private timer: NodeJS.Timeout | undefined;
   private bindings: { at: number; value: Promise<BrokerBinding[] | undefined> } | undefined;
-  private database: { at: number; value: Promise<{ retry: RetrySignals; outbox: OutboxLag; pauses: ConsumerPauseRow[] } | { error: string }> } | undefined;
+  private database: { at: number; value: Promise<{ retry: RetrySignals; outbox: OutboxLag; pauses: ConsumerPauseRow[]; breakers: BreakerStateRow[] } | { error: string }> } | undefined;
   private sampling: Promise<void> | undefined;
   private archiveCounts: { at: number; value: Promise<Map<string, ArchiveCounts> | { error: string }> } | undefined;
 
@@ -250,12 +260,12 @@ export class ConsoleData {
     return value;
   }
 
-  private readDatabase(): Promise<{ retry: RetrySignals; outbox: OutboxLag; pauses: ConsumerPauseRow[] } | { error: string }> | undefined {
+  private readDatabase(): Promise<{ retry: RetrySignals; outbox: OutboxLag; pauses: ConsumerPauseRow[]; breakers: BreakerStateRow[] } | { error: string }> | undefined {
     const store = this.options.store;
     if (!store) return undefined;
     if (this.database && Date.now() - this.database.at < this.options.cacheMs) return this.database.value;
-    const value = Promise.all([store.retryTable.signals(), store.outbox.lag(), store.control.read()]).then(
-      ([retry, outbox, pauses]) => ({ retry, outbox, pauses }),
+    const value = Promise.all([store.retryTable.signals(), store.outbox.lag(), store.control.read(), store.breakers.read()]).then(
+      ([retry, outbox, pauses, breakers]) => ({ retry, outbox, pauses, breakers }),
       (error: unknown) => ({ error: message(error) }),
     );
     this.database = { at: Date.now(), value };
@@ -293,6 +303,7 @@ export class ConsoleData {
     const counts = archived !== undefined && !('error' in archived) ? (archived as Map<string, ArchiveCounts>) : undefined;
     const ingestion = this.ingestion();
     const pauses = new Map(db !== undefined && !('error' in db) ? db.pauses.filter((r) => r.paused).map((r) => [r.consumer, r]) : []);
+    const breakers = new Map(db !== undefined && !('error' in db) ? db.breakers.filter((r) => r.open).map((r) => [r.consumer, r]) : []);
     if (this.ring.length === 0 || (this.ring.at(-1) as Sample).t < snap.at - this.options.sampleIntervalMs) this.sampling ??= this.sample();
     const byQueue = new Map(snap.queues.map((q) => [q.queue, q]));
     const rates = this.rates();
@@ -312,6 +323,7 @@ export class ConsoleData {
         openFailures: this.options.archive === undefined ? parkedView.depth : archiveView === null ? null : archiveView.open + (parkedView.depth ?? 0),
         ingest: ingestion.get(c.name)?.status ?? null,
         pause: pauseView(pauses.get(c.name)),
+        breaker: breakerView(breakers.get(c.name)),
         consumers: work?.exists ? (work.consumers ?? null) : null,
         redeliverRate: rates.get(c.name) ?? null,
         tiers: c.retryQueues.map((q, i) => ({ ...view(byQueue.get(q), q), delay: byQueue.get(q)?.delay ?? `${c.delaysMs[i]}ms` })),
@@ -344,6 +356,11 @@ export class ConsoleData {
           const parts = [v.archive !== null ? `${open} in the archive` : 'the archive could not be read', ...(inQueue > 0 ? [`${inQueue} still in ${v.parked.queue}`] : [])];
           problems.push({ consumer: v.name, kind: 'parked', message: `${open + inQueue} open failure${open + inQueue === 1 ? '' : 's'} (${parts.join(', ')}); see the console's parked page` });
         }
+      }
+      for (const v of consumers) {
+        if (v.breaker === null) continue;
+        const waiting = v.work.depth ?? 0;
+        problems.push({ consumer: v.name, kind: 'breaker-open', message: `breaker open since ${v.breaker.since} (shared through the database; opened by ${v.breaker.openedBy}): ${v.breaker.reason}; ${waiting} message${waiting === 1 ? '' : 's'} wait in ${v.work.queue} until a probe succeeds` });
       }
       for (const v of consumers) {
         if (v.pause === null) continue;

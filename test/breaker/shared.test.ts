@@ -6,6 +6,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { BACKENDS, harness } from '../../src/store/testing/harness.js';
+import type { Overview } from '../../src/console/index.js';
+import { get, testConsole } from '../../src/console/testing/harness.js';
 import { connectWarren, depth, rawConnection, sleep, testTopology, waitFor } from '../helpers.js';
 
 describe.each(BACKENDS)('shared breaker: %s', (backend) => {
@@ -35,6 +37,12 @@ describe.each(BACKENDS)('shared breaker: %s', (backend) => {
     expect(bPaused).toContainEqual(expect.objectContaining({ by: 'shared' }));
     const reader = h.store();
     expect((await reader.breakers.read(c.name))[0]).toMatchObject({ open: true, reason: '3 transient failures in a row' });
+    // Seen from outside the processes: the console's overview (given the store) says so.
+    const ops = testConsole(topology, { store: reader });
+    const overview = JSON.parse((await get(ops, '/api/overview')).text) as Overview;
+    expect(overview.consumers[0]?.breaker).toMatchObject({ reason: '3 transient failures in a row' });
+    expect(overview.problems).toContainEqual(expect.objectContaining({ consumer: c.name, kind: 'breaker-open', message: expect.stringMatching(/^breaker open since .* \(shared through the database; opened by .+\): 3 transient failures in a row; \d+ messages? wait in /) as unknown as string }));
+    expect((await get(ops, '/')).text).toContain('data-field="breaker"');
 
     // While both are open the messages wait in the queue; only probes (each process's own) run.
     const raw = await rawConnection();

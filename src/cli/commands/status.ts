@@ -2,6 +2,7 @@ import { formatDuration } from '../../retry/ladder.js';
 import { readStatus, type QueueState } from '../../status/index.js';
 import type { RetrySignals } from '../../retry-table/index.js';
 import type { ConsumerPauseRow } from '../../breaker/control.js';
+import type { BreakerStateRow } from '../../breaker/share.js';
 import type { ArchiveCounts } from '../../store/archive.js';
 import type { OutboxLag } from '../../store/index.js';
 import { DB_FLAGS, str, type ParsedValues } from '../args.js';
@@ -33,6 +34,8 @@ export interface DatabaseStatus {
   readonly archive: readonly ArchiveCounts[];
   /** Consumers paused by hand in the database (`warren consumer pause`, the console): every consumer given `control: store.control` follows these. */
   readonly paused: readonly ConsumerPauseRow[];
+  /** Breakers shared through the database (`breaker: { share: store.breakers }`) that are open now. */
+  readonly breakers: readonly BreakerStateRow[];
   readonly problems: readonly DatabaseProblem[];
 }
 
@@ -57,12 +60,13 @@ async function readDatabase(ctx: CommandContext): Promise<DatabaseStatus | undef
     const { byDependency: _, ...retryTable } = await store.retryTable.signals();
     const archive = await store.archive.counts();
     const paused = (await store.control.read()).filter((r) => r.paused);
+    const breakers = (await store.breakers.read()).filter((r) => r.open);
     const problems: DatabaseProblem[] = [];
     if (outbox.failed > 0) problems.push({ kind: 'outbox-flagged', message: `${count(outbox.failed)} outbox row${outbox.failed === 1 ? ' is' : 's are'} flagged: the relay could not publish ${outbox.failed === 1 ? 'it' : 'them'} (see \`warren outbox list\`)` });
     if (retryTable.due > 0 && retryTable.oldestDueAgeMs > maxDueAgeMs) {
       problems.push({ kind: 'retry-overdue', message: `the oldest due retry-table row has been due for ${span(retryTable.oldestDueAgeMs)}, over ${span(maxDueAgeMs)} (--max-due-age): is a scheduler draining the table?` });
     }
-    return { database: db.shown, outbox, retryTable, maxDueAgeMs, archive, paused, problems };
+    return { database: db.shown, outbox, retryTable, maxDueAgeMs, archive, paused, breakers, problems };
   } catch (error) {
     throw describeDatabaseError(error, db) ?? error;
   } finally {
@@ -106,7 +110,8 @@ export const status: Command = {
     'the parked queue drains into it: each consumer shows its open failures in the archive',
     'beside the parked queue, and open failures count as parked (exit 1). A consumer',
     'paused by hand in that database (`warren consumer pause`) says so, with who and why,',
-    'and is a problem too (exit 1): its messages wait until someone resumes it.',
+    'and is a problem too (exit 1): its messages wait until someone resumes it. So is a',
+    'breaker shared through the database (`breaker: { share: store.breakers }`) while open.',
   ].join('\n'),
   flags: {
     ...DB_FLAGS,
@@ -130,12 +135,19 @@ export const status: Command = {
     });
     // A hand pause is a problem to see: its messages wait in the work queue until someone resumes it.
     const pauseOf = (consumer: string) => database?.paused.find((r) => r.consumer === consumer);
-    const paused = read.consumers.flatMap((c) => {
+    const paused: Array<{ consumer: string; queue: string; kind: 'paused' | 'breaker-open'; message: string }> = read.consumers.flatMap((c) => {
       const p = pauseOf(c.consumer);
       if (p === undefined) return [];
       const waiting = (c.work.ready ?? 0) + (c.work.unacked ?? 0);
       return [{ consumer: c.consumer, queue: c.work.name, kind: 'paused' as const, message: `paused by hand by ${p.actor} ${relative(p.since)}: ${p.reason}; ${count(waiting)} message${waiting === 1 ? '' : 's'} wait in ${c.work.name} (warren consumer resume ${c.consumer})` }];
     });
+    const breakerOf = (consumer: string) => database?.breakers.find((r) => r.consumer === consumer);
+    for (const c of read.consumers) {
+      const b = breakerOf(c.consumer);
+      if (b === undefined) continue;
+      const waiting = (c.work.ready ?? 0) + (c.work.unacked ?? 0);
+      paused.push({ consumer: c.consumer, queue: c.work.name, kind: 'breaker-open', message: `breaker open ${relative(b.since)} (shared through the database; opened by ${b.openedBy}): ${b.reason}; ${count(waiting)} message${waiting === 1 ? '' : 's'} wait in ${c.work.name} until a probe succeeds` });
+    }
     const report =
       database === undefined
         ? read
@@ -150,7 +162,9 @@ export const status: Command = {
     report.consumers.forEach((c, i) => {
       if (i > 0) ctx.out();
       const p = pauseOf(c.consumer);
-      ctx.out(p === undefined ? c.consumer : `${c.consumer}  (paused by hand by ${p.actor} ${relative(p.since)}: ${p.reason})`);
+      const b = breakerOf(c.consumer);
+      const notes = [...(p === undefined ? [] : [`paused by hand by ${p.actor} ${relative(p.since)}: ${p.reason}`]), ...(b === undefined ? [] : [`breaker open ${relative(b.since)}: ${b.reason}`])];
+      ctx.out(notes.length === 0 ? c.consumer : `${c.consumer}  (${notes.join('; ')})`);
       const rows = [row('work', c.work), ...c.retries.map((r) => row(`retry ${formatDuration(r.delayMs)}`, r)), row('parked', c.parked)];
       // A retry inside the queue: the messages the work queue has set aside, waiting for their time.
       const inQueue = topology.consumers.get(c.consumer)?.inQueue;

@@ -6,7 +6,7 @@ function consumerRow(ctx: PageContext, c: ConsumerView): Fragment {
   const parked = c.openFailures ?? 0;
   const idle = (c.work.depth ?? 0) > 0 && c.consumers === 0;
   return h`<tr data-consumer="${c.name}">
-<th scope="row"><a href="${ctx.base}/parked/${encodeURIComponent(c.name)}">${c.name}</a>${c.pause !== null ? h` <span class="badge alert" data-field="pause" title="${c.pause.reason}">paused by ${c.pause.actor}</span>` : ''}</th>
+<th scope="row"><a href="${ctx.base}/parked/${encodeURIComponent(c.name)}">${c.name}</a>${c.pause !== null ? h` <span class="badge alert" data-field="pause" title="${c.pause.reason}">paused by ${c.pause.actor}</span>` : ''}${c.breaker !== null ? h` <span class="badge alert" data-field="breaker" title="${c.breaker.reason}">breaker open</span>` : ''}</th>
 <td class="n" data-field="work">${num(c.work.depth)}</td>
 <td class="n${parked > 0 ? ' alert' : ''}" data-field="parked"${c.archive !== null ? h` title="${c.archive.open} open in the archive, ${num(c.parked.depth)} in ${c.parked.queue}${c.ingest === 'behind' ? '; archive behind' : ''}"` : ''}>${num(c.openFailures)}</td>
 <td class="n${idle ? ' alert' : ''}" data-field="consumers">${num(c.consumers)}</td>
