@@ -291,25 +291,40 @@ export class Consumer<T = unknown, Tx = undefined> extends EventEmitter {
       if (tag === undefined) return;
       this.consumerTag = undefined;
       await ch.cancel(tag);
-      // What came and never started goes back to the head of the queue, remembered as a
-      // blip (its redelivery is no death). Not a copy to the back: the order is kept.
-      const back = this.waiting.filter((d) => d.ch === ch);
-      this.forget(ch);
-      for (const d of back) this.settler.requeue(d);
-      this.logger.info('consumer stopped taking messages', { consumer: this.name, queue: this.declaration.queue, givenBack: back.length, running: this.running });
+      const back = this.giveBack(ch);
+      this.logger.info('consumer stopped taking messages', { consumer: this.name, queue: this.declaration.queue, givenBack: back, running: this.running });
       return;
     }
     const line = this.lines.get(ch);
     if (this.consumerTag !== undefined || line === undefined) return;
     await this.consumeOn(ch, line);
     this.logger.info('consumer takes messages again', { consumer: this.name, queue: this.declaration.queue });
+    // Deliveries left waiting while paused (a redelivery held behind a run that ended then) start now.
+    this.pump();
+  }
+
+  /**
+   * What came on `ch` and never started goes back to the head of the queue, remembered as
+   * a blip (its redelivery is no death). Not a copy to the back: the order is kept. Returns
+   * how many went back.
+   */
+  private giveBack(ch: amqp.Channel): number {
+    const back = this.waiting.filter((d) => d.ch === ch);
+    this.forget(ch);
+    for (const d of back) this.settler.requeue(d);
+    return back.length;
   }
 
   private async consumeOn(ch: amqp.Channel, line: AckLine<Delivery>): Promise<void> {
     const reply = await ch.consume(this.declaration.queue, (msg) => this.onMessage(ch, line, msg), { noAck: false });
     if (this.channel !== ch || this.closed || this.stopping || !this.breaker.intakeOpen) {
-      // Paused, closed or lost while the consume was on its way.
-      if (this.channel === ch) await ch.cancel(reply.consumerTag).catch(() => undefined);
+      // Paused, closed or lost while the consume was on its way: what the broker sent
+      // before the cancel took effect goes back too, or it would be held here unstarted
+      // (a later resume consumes anew, and nothing would start these).
+      if (this.channel === ch) {
+        await ch.cancel(reply.consumerTag).catch(() => undefined);
+        if (this.channel === ch) this.giveBack(ch);
+      }
       return;
     }
     this.consumerTag = reply.consumerTag;
