@@ -6,26 +6,13 @@
 // consumer's name.
 import { checkReason } from '../../breaker/control.js';
 import type { ConsumerPauseRow } from '../../breaker/control.js';
-import type { Store } from '../../store/index.js';
 import { ACTOR_FLAG, actorOf, AUDIT_FILE_FLAG, storeSink, type ActionSink } from '../actions.js';
 import { DB_FLAGS, str } from '../args.js';
 import { noExtraArgs, type Command, type CommandContext } from '../command.js';
-import { databaseSettings, describeDatabaseError, loadTopology, openDatabase } from '../context.js';
+import { loadTopology } from '../context.js';
+import { withStore } from './outbox.js';
 import { CliError, EXIT, UsageError } from '../errors.js';
 import { clip, plural, relative, table, when } from '../format.js';
-
-/** Opens the store, runs `body` on it, maps database failures to one line and an exit code, and closes the store. */
-async function withStore<R>(ctx: CommandContext, body: (store: Store<unknown>, where: string) => Promise<R>): Promise<R> {
-  const db = databaseSettings(ctx.values, ctx.io, ctx.broker.connectTimeoutMs);
-  const store = await openDatabase(db);
-  try {
-    return await body(store, db.shown);
-  } catch (error) {
-    throw describeDatabaseError(error, db) ?? error;
-  } finally {
-    await store.close().catch(() => undefined);
-  }
-}
 
 /**
  * The consumer named by the first argument. With a topology (--topology or WARREN_TOPOLOGY)

@@ -83,7 +83,7 @@ export function matches(r: OutboxFailure, f: OutboxFilter): boolean {
 }
 
 /** Opens the store, runs `body` on it, maps database failures to one line and an exit code, and closes the store. */
-async function withStore<R>(ctx: CommandContext, body: (store: Store<unknown>, where: string) => Promise<R>): Promise<R> {
+export async function withStore<R>(ctx: CommandContext, body: (store: Store<unknown>, where: string) => Promise<R>): Promise<R> {
   const db: DatabaseSettings = databaseSettings(ctx.values, ctx.io, ctx.broker.connectTimeoutMs);
   const store = await openDatabase(db);
   try {
