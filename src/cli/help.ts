@@ -4,7 +4,8 @@ import type { Command } from './command.js';
 const EXIT_CODES = [
   '  0    done; every check passed',
   '  1    a check failed: something is parked, a work queue has messages and no consumer,',
-  '       a queue is missing or differs from the declaration; or the command could not do',
+  '       a queue is missing or differs from the declaration, a consumer is paused by hand',
+  '       or its shared breaker is open (with --db); or the command could not do',
   '       all it was asked (a message not found, a replay that could not publish, a',
   "       database without warren's tables)",
   '  2    usage error: a bad flag or value, an unknown consumer or dependency, no topology',
